@@ -1,0 +1,42 @@
+/* kv_fixed.h -- the paper's Listing 2 key-value store: fixed-size values in a
+ * durable array addressed by index, plus a per-client table of the last
+ * applied request sequence number (exactly-once bookkeeping, and what the crash
+ * test uses to check that batches are never half-applied). */
+#ifndef KV_FIXED_H
+#define KV_FIXED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define KV_MAX_CLIENTS 64
+
+enum kv_op { KV_GET = 1, KV_PUT = 2 };
+
+typedef struct kv_fixed_cmd {
+    int op;
+    uint32_t index;
+    uint32_t client;   /* < KV_MAX_CLIENTS */
+    uint64_t seq;      /* PUT: client's request number, recorded durably */
+    const char *value; /* PUT: value_size bytes */
+    char *out;         /* GET: value_size bytes of output */
+    int status;        /* 0 ok, -1 bad index */
+} kv_fixed_cmd;
+
+typedef struct kv_fixed_params {
+    uint32_t n_values;
+    uint32_t value_size;
+} kv_fixed_params;
+
+/* Run as mango's init_state (under capture). */
+void kv_fixed_init(void *params /* kv_fixed_params* */);
+bool kv_fixed_is_read_only(void *cmd);
+void kv_fixed_process(void *cmd);
+
+/* Inspection (after mango_init): */
+uint32_t kv_fixed_n_values(void);
+uint32_t kv_fixed_value_size(void);
+const char *kv_fixed_value(uint32_t index);
+uint64_t kv_fixed_client_seq(uint32_t client);
+
+#endif

@@ -1,0 +1,739 @@
+/* kvstore_main.c -- the durable key-value store example and its drivers.
+ *
+ *   kvstore demo        a durable store that counts its own restarts
+ *   kvstore run         multi-threaded PUT/GET load, prints throughput
+ *   kvstore worker      crash-test load: records acknowledgements in a file
+ *   kvstore verify      recover and check every acknowledged PUT is present
+ *   kvstore crash-test  worker + SIGKILL + verify, N rounds
+ *   kvstore hashmap     the hash-map variant: load, then consistency check
+ *
+ * Run `kvstore --help` for the options.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kv_fixed.h"
+#include "kv_hashmap.h"
+#include "kv_workload.h"
+#include "mango.h"
+
+static const char *usage_text =
+    "usage: kvstore COMMAND [options]\n"
+    "\n"
+    "A durable key-value store built on Mangosteen (the paper's Listing 2 store and a\n"
+    "resizable hash map), with the drivers used by its tests and benchmarks.\n"
+    "\n"
+    "Commands:\n"
+    "  demo         open (or create) the store, apply a few updates from 4 threads,\n"
+    "               print what was recovered; run it twice to see state survive\n"
+    "  run          closed-loop load: --threads clients, --update-pct PUTs, the rest GETs\n"
+    "  worker       crash-test load that records acknowledged PUTs in --ack FILE\n"
+    "  verify       recover the pool and check it against --ack FILE\n"
+    "  crash-test   --rounds times: start a worker, SIGKILL it at a random moment,\n"
+    "               verify; prints 'rounds=N acked=M lost=L torn=T' last\n"
+    "  hashmap      the hash-map variant: --ops random PUT/GET/DEL, then a check;\n"
+    "               a second run recovers and checks the map again\n"
+    "\n"
+    "Options:\n"
+    "  --pool PATH        pool file (default $MANGO_POOL or /dev/shm/mango-kvstore.pool)\n"
+    "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto); sim makes a\n"
+    "                     kill act like a power failure (test mode), none = durability off\n"
+    "  --pool-size BYTES  size of a new pool (default 256M; suffixes K M G)\n"
+    "  --log-size BYTES   redo log size (default 16M)\n"
+    "  --threads N        client threads (default 4)\n"
+    "  --values N         number of values (default 100000)\n"
+    "  --value-size N     bytes per value (default 64)\n"
+    "  --update-pct P     percentage of PUTs, 0-100 (default 50)\n"
+    "  --seconds S        run length for run/worker (default 2; worker: until killed)\n"
+    "  --ops N            hashmap: operations (default 200000)\n"
+    "  --ack FILE         worker/verify: acknowledgement file\n"
+    "  --rounds N         crash-test rounds (default 50)\n"
+    "  --min-ms/--max-ms  crash-test: kill between these delays (default 30/400)\n"
+    "  --seed N           random seed (default: time)\n"
+    "  --quiet            less output\n"
+    "\n"
+    "Exit status: 0 success; 1 verification failure (lost or torn data); 2 usage or\n"
+    "runtime error.\n";
+
+typedef struct opts {
+    const char *cmd, *pool, *ack;
+    mango_persist_mode mode;
+    size_t pool_size, log_size;
+    unsigned threads, rounds, update_pct, min_ms, max_ms;
+    uint32_t values, value_size;
+    double seconds;
+    uint64_t ops, seed;
+    bool quiet, seconds_set;
+    char self[4096];
+} opts;
+
+static opts O;
+
+static void die_usage(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "kvstore: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'kvstore --help'.\n");
+    exit(2);
+}
+
+static size_t parse_size(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s)
+        die_usage("bad number for %s", what);
+    switch (*end) {
+    case 'k': case 'K': v <<= 10; end++; break;
+    case 'm': case 'M': v <<= 20; end++; break;
+    case 'g': case 'G': v <<= 30; end++; break;
+    }
+    if (*end)
+        die_usage("bad number for %s", what);
+    return (size_t)v;
+}
+
+static mango_persist_mode parse_mode(const char *s)
+{
+    if (!strcmp(s, "auto")) return MANGO_PERSIST_AUTO;
+    if (!strcmp(s, "emulated")) return MANGO_PERSIST_EMULATED;
+    if (!strcmp(s, "fs")) return MANGO_PERSIST_FS;
+    if (!strcmp(s, "pmem")) return MANGO_PERSIST_PMEM;
+    if (!strcmp(s, "none")) return MANGO_PERSIST_NONE;
+    if (!strcmp(s, "sim")) return MANGO_PERSIST_SIM;
+    die_usage("unknown mode '%s' (auto, emulated, fs, pmem, sim, none)", s);
+    return 0;
+}
+
+static void parse(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"pool", 1, 0, 'p'}, {"mode", 1, 0, 'm'}, {"pool-size", 1, 0, 'S'}, {"log-size", 1, 0, 'L'},
+        {"threads", 1, 0, 't'}, {"values", 1, 0, 'n'}, {"value-size", 1, 0, 'v'},
+        {"update-pct", 1, 0, 'u'}, {"seconds", 1, 0, 's'}, {"ops", 1, 0, 'o'}, {"ack", 1, 0, 'a'},
+        {"rounds", 1, 0, 'r'}, {"min-ms", 1, 0, 1}, {"max-ms", 1, 0, 2}, {"seed", 1, 0, 3},
+        {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    O.mode = MANGO_PERSIST_AUTO;
+    O.pool_size = 256u << 20;
+    O.log_size = 16u << 20;
+    O.threads = 4;
+    O.values = 100000;
+    O.value_size = 64;
+    O.update_pct = 50;
+    O.seconds = 2;
+    O.ops = 200000;
+    O.rounds = 50;
+    O.min_ms = 30;
+    O.max_ms = 400;
+    O.seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+    int c;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'p': O.pool = optarg; break;
+        case 'm': O.mode = parse_mode(optarg); break;
+        case 'S': O.pool_size = parse_size(optarg, "--pool-size"); break;
+        case 'L': O.log_size = parse_size(optarg, "--log-size"); break;
+        case 't': O.threads = (unsigned)parse_size(optarg, "--threads"); break;
+        case 'n': O.values = (uint32_t)parse_size(optarg, "--values"); break;
+        case 'v': O.value_size = (uint32_t)parse_size(optarg, "--value-size"); break;
+        case 'u': O.update_pct = (unsigned)parse_size(optarg, "--update-pct"); break;
+        case 's': O.seconds = atof(optarg); O.seconds_set = true; break;
+        case 'o': O.ops = parse_size(optarg, "--ops"); break;
+        case 'a': O.ack = optarg; break;
+        case 'r': O.rounds = (unsigned)parse_size(optarg, "--rounds"); break;
+        case 1: O.min_ms = (unsigned)parse_size(optarg, "--min-ms"); break;
+        case 2: O.max_ms = (unsigned)parse_size(optarg, "--max-ms"); break;
+        case 3: O.seed = parse_size(optarg, "--seed"); break;
+        case 'q': O.quiet = true; break;
+        case 'h': fputs(usage_text, stdout); exit(0);
+        default: fputs("Try 'kvstore --help'.\n", stderr); exit(2);
+        }
+    }
+    if (optind >= argc)
+        die_usage("%s", "missing COMMAND");
+    O.cmd = argv[optind];
+    if (optind + 1 < argc)
+        die_usage("unexpected argument '%s'", argv[optind + 1]);
+    if (O.threads == 0 || O.threads > KV_MAX_CLIENTS)
+        die_usage("--threads must be 1..64%s", "");
+    if (O.update_pct > 100)
+        die_usage("--update-pct must be 0..100%s", "");
+    if (O.value_size < 16 || O.values < O.threads)
+        die_usage("--value-size must be >= 16 and --values >= --threads%s", "");
+    if (O.min_ms > O.max_ms)
+        die_usage("--min-ms must not exceed --max-ms%s", "");
+    ssize_t n = readlink("/proc/self/exe", O.self, sizeof O.self - 1);
+    O.self[n > 0 ? n : 0] = 0;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *status_name(int st) { return st == MANGO_FRESH ? "FRESH" : "RECOVERED"; }
+
+/* Start the fixed-size store; exits with status 2 on error. */
+static int start_fixed(void)
+{
+    static kv_fixed_params params;
+    params.n_values = O.values;
+    params.value_size = O.value_size;
+    mango_config cfg;
+    mango_config_default(&cfg);
+    cfg.pool_path = O.pool;
+    cfg.mode = O.mode;
+    cfg.pool_size = O.pool_size;
+    cfg.log_size = O.log_size;
+    mango_callbacks cb = {
+        .is_read_only = kv_fixed_is_read_only,
+        .process_request = kv_fixed_process,
+        .init_state = kv_fixed_init,
+        .init_state_arg = &params,
+    };
+    int st = mango_init(&cfg, &cb);
+    if (st < 0) {
+        fprintf(stderr, "kvstore: %s: %s\n", mango_strerror(st), mango_last_error());
+        exit(2);
+    }
+    if (kv_fixed_n_values() != O.values || kv_fixed_value_size() != O.value_size) {
+        fprintf(stderr, "kvstore: the pool holds %u values of %u bytes; options say %u of %u\n",
+                kv_fixed_n_values(), kv_fixed_value_size(), O.values, O.value_size);
+        exit(2);
+    }
+    return st;
+}
+
+static void shutdown_or_die(void)
+{
+    int rc = mango_shutdown();
+    if (rc) {
+        fprintf(stderr, "kvstore: shutdown: %s\n", mango_last_error());
+        exit(2);
+    }
+}
+
+static int cmd_or_die(void *c)
+{
+    int rc = mango_client_cmd(c);
+    if (rc) {
+        fprintf(stderr, "kvstore: command failed: %s: %s\n", mango_strerror(rc), mango_last_error());
+        exit(2);
+    }
+    return rc;
+}
+
+/* ---- demo ---- */
+
+static void *demo_thread(void *arg)
+{
+    uint32_t t = (uint32_t)(uintptr_t)arg;
+    char val[64];
+    for (uint64_t s = kv_fixed_client_seq(t) + 1, end = s + 1000; s < end; s++) {
+        uint32_t idx = kvw_index(t, s, 4, O.values);
+        kvw_value(val, O.value_size, t, s, idx);
+        kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = t, .seq = s, .value = val};
+        cmd_or_die(&c);
+    }
+    return NULL;
+}
+
+static int run_demo(void)
+{
+    O.value_size = 64;
+    O.values = 1000;
+    O.threads = 4;
+    int st = start_fixed();
+    uint64_t before = 0;
+    for (uint32_t t = 0; t < 4; t++)
+        before += kv_fixed_client_seq(t);
+    printf("kvstore demo: pool %s: %s, %" PRIu64 " updates applied so far\n",
+           O.pool ? O.pool : (getenv("MANGO_POOL") ? getenv("MANGO_POOL") : "(default)"),
+           status_name(st), before);
+    pthread_t th[4];
+    for (uintptr_t t = 0; t < 4; t++)
+        pthread_create(&th[t], NULL, demo_thread, (void *)t);
+    for (int t = 0; t < 4; t++)
+        pthread_join(th[t], NULL);
+    mango_stats s;
+    mango_get_stats(&s);
+    uint64_t after = 0;
+    for (uint32_t t = 0; t < 4; t++)
+        after += kv_fixed_client_seq(t);
+    printf("kvstore demo: 4 threads applied 4000 durable PUTs in %" PRIu64
+           " batches (%.1f per batch), %" PRIu64 " log blocks; %" PRIu64 " updates in total now\n",
+           s.batches, s.batches ? (double)s.rw_commands / s.batches : 0.0, s.log_blocks, after);
+    shutdown_or_die();
+    printf("kvstore demo: run me again: the %" PRIu64 " updates will be RECOVERED\n", after);
+    return 0;
+}
+
+/* ---- run: throughput ---- */
+
+typedef struct run_thread {
+    pthread_t th;
+    uint32_t id;
+    uint64_t ops, puts;
+    char pad[64];
+} run_thread;
+
+static _Atomic int run_stop;
+
+static void *run_main(void *arg)
+{
+    run_thread *r = arg;
+    uint64_t rng = kvw_mix(O.seed + r->id);
+    char *val = malloc(O.value_size), *out = malloc(O.value_size);
+    uint64_t s = kv_fixed_client_seq(r->id);
+    while (!atomic_load_explicit(&run_stop, memory_order_relaxed)) {
+        for (int k = 0; k < 64; k++) {
+            rng = kvw_mix(rng + 1);
+            bool put = (rng % 100) < O.update_pct;
+            uint32_t idx = (uint32_t)((rng >> 8) % O.values);
+            kv_fixed_cmd c = {.index = idx, .client = r->id};
+            if (put) {
+                c.op = KV_PUT;
+                c.seq = ++s;
+                memset(val, (int)(s & 0xff), O.value_size);
+                c.value = val;
+                r->puts++;
+            } else {
+                c.op = KV_GET;
+                c.out = out;
+            }
+            cmd_or_die(&c);
+            r->ops++;
+        }
+    }
+    free(val);
+    free(out);
+    return NULL;
+}
+
+static int run_load(void)
+{
+    int st = start_fixed();
+    run_thread *th = calloc(O.threads, sizeof *th);
+    mango_stats s0, s1;
+    mango_get_stats(&s0);
+    double t0 = now_s();
+    for (unsigned i = 0; i < O.threads; i++) {
+        th[i].id = i;
+        pthread_create(&th[i].th, NULL, run_main, &th[i]);
+    }
+    struct timespec d = {(time_t)O.seconds, (long)((O.seconds - (time_t)O.seconds) * 1e9)};
+    nanosleep(&d, NULL);
+    atomic_store(&run_stop, 1);
+    uint64_t ops = 0, puts = 0;
+    for (unsigned i = 0; i < O.threads; i++) {
+        pthread_join(th[i].th, NULL);
+        ops += th[i].ops;
+        puts += th[i].puts;
+    }
+    double el = now_s() - t0;
+    mango_get_stats(&s1);
+    uint64_t b = s1.batches - s0.batches;
+    printf("mode=%s status=%s threads=%u update_pct=%u seconds=%.2f ops=%" PRIu64
+           " ops_per_sec=%.0f puts=%" PRIu64 " batches=%" PRIu64 " mean_batch=%.2f"
+           " syncs_per_batch=%.3f log_bytes_per_update=%.1f log_full_waits=%" PRIu64 "\n",
+           O.mode == MANGO_PERSIST_NONE ? "none" : "durable", status_name(st), O.threads,
+           O.update_pct, el, ops, ops / el, puts, b, b ? (double)(s1.rw_commands - s0.rw_commands) / b : 0,
+           b ? (double)(s1.frontend_syncs - s0.frontend_syncs) / b : 0,
+           puts ? (double)(s1.log_bytes - s0.log_bytes) / puts : 0, s1.log_full_waits);
+    free(th);
+    shutdown_or_die();
+    return 0;
+}
+
+/* ---- crash test: worker / verify / orchestrator ---- */
+
+#define ACK_MAGIC 0x4b43414f474e414dull /* "MANGOACK" */
+typedef struct ack_slot {
+    _Atomic uint64_t acked;    /* highest seq whose PUT returned */
+    _Atomic uint64_t inflight; /* seq of the PUT issued and not yet returned */
+    char pad[48];
+} ack_slot;
+typedef struct ack_file {
+    uint64_t magic;
+    uint32_t threads, values, value_size, pad;
+    _Atomic uint64_t total_acked;
+    char pad2[32];
+    ack_slot slot[KV_MAX_CLIENTS];
+} ack_file;
+
+static ack_file *open_ack(bool create)
+{
+    if (!O.ack)
+        die_usage("%s", "--ack FILE is required");
+    int fd = open(O.ack, O_RDWR | (create ? O_CREAT : 0), 0600);
+    if (fd < 0) {
+        fprintf(stderr, "kvstore: cannot open %s: %s\n", O.ack, strerror(errno));
+        exit(2);
+    }
+    if (ftruncate(fd, sizeof(ack_file)) != 0) {
+        fprintf(stderr, "kvstore: cannot size %s: %s\n", O.ack, strerror(errno));
+        exit(2);
+    }
+    ack_file *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (a == MAP_FAILED) {
+        fprintf(stderr, "kvstore: cannot map %s\n", O.ack);
+        exit(2);
+    }
+    if (a->magic == 0) {
+        a->magic = ACK_MAGIC;
+        a->threads = O.threads;
+        a->values = O.values;
+        a->value_size = O.value_size;
+    } else if (a->magic != ACK_MAGIC || a->threads != O.threads || a->values != O.values ||
+               a->value_size != O.value_size) {
+        fprintf(stderr, "kvstore: %s was written with other options\n", O.ack);
+        exit(2);
+    }
+    return a;
+}
+
+typedef struct worker_thread {
+    pthread_t th;
+    uint32_t id;
+    ack_file *ack;
+} worker_thread;
+
+static _Atomic uint64_t bad_reads;
+
+/* A GET must see zero bytes or a complete value written by the index's owner. */
+static bool value_is_whole(const char *v, uint32_t idx)
+{
+    uint64_t hdr[2];
+    memcpy(hdr, v, 16);
+    if (hdr[0] == 0 && hdr[1] == 0) {
+        for (uint32_t i = 16; i < O.value_size; i++)
+            if (v[i])
+                return false;
+        return true;
+    }
+    uint32_t t = (uint32_t)(hdr[0] >> 32);
+    if ((uint32_t)hdr[0] != idx || t >= O.threads)
+        return false;
+    char *want = alloca(O.value_size);
+    kvw_value(want, O.value_size, t, hdr[1], idx);
+    return memcmp(want, v, O.value_size) == 0;
+}
+
+static void *worker_main(void *arg)
+{
+    worker_thread *w = arg;
+    ack_slot *a = &w->ack->slot[w->id];
+    uint64_t rng = kvw_mix(O.seed * 31 + w->id);
+    char *val = malloc(O.value_size), *out = malloc(O.value_size);
+    uint64_t s = kv_fixed_client_seq(w->id);
+    for (;;) {
+        rng = kvw_mix(rng + 1);
+        if ((rng % 100) < O.update_pct) {
+            uint64_t next = s + 1;
+            uint32_t idx = kvw_index(w->id, next, O.threads, O.values);
+            kvw_value(val, O.value_size, w->id, next, idx);
+            kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = w->id, .seq = next, .value = val};
+            atomic_store(&a->inflight, next);
+            cmd_or_die(&c);
+            atomic_store(&a->acked, next);
+            atomic_fetch_add(&w->ack->total_acked, 1);
+            s = next;
+        } else {
+            uint32_t idx = (uint32_t)((rng >> 8) % O.values);
+            kv_fixed_cmd c = {.op = KV_GET, .index = idx, .client = w->id, .out = out};
+            cmd_or_die(&c);
+            if (!value_is_whole(out, idx))
+                atomic_fetch_add(&bad_reads, 1);
+        }
+    }
+    return NULL;
+}
+
+static int run_worker(void)
+{
+    ack_file *ack = open_ack(true);
+    start_fixed();
+    for (uint32_t t = 0; t < O.threads; t++) {
+        uint64_t s = kv_fixed_client_seq(t);
+        if (s < atomic_load(&ack->slot[t].acked)) {
+            fprintf(stderr, "kvstore worker: client %u: pool has seq %" PRIu64 " < acked %" PRIu64
+                            " (run verify first)\n", t, s, atomic_load(&ack->slot[t].acked));
+            exit(1);
+        }
+    }
+    worker_thread *w = calloc(O.threads, sizeof *w);
+    for (unsigned i = 0; i < O.threads; i++) {
+        w[i].id = i;
+        w[i].ack = ack;
+        pthread_create(&w[i].th, NULL, worker_main, &w[i]);
+    }
+    double end = now_s() + (O.seconds_set ? O.seconds : 1e9);
+    while (now_s() < end) {
+        usleep(10000);
+        if (atomic_load(&bad_reads)) {
+            fprintf(stderr, "kvstore worker: a GET saw a torn value\n");
+            _exit(1);
+        }
+    }
+    _exit(0); /* the worker is meant to be killed; no clean shutdown */
+}
+
+/* Recover, compare against the ack file, then make the recovered state the new
+ * baseline. Prints one line; returns 0 ok, 1 loss/tear. */
+static int run_verify(uint64_t *lost_out, uint64_t *torn_out)
+{
+    ack_file *ack = open_ack(false);
+    int st = start_fixed();
+    uint64_t lost = 0, torn = 0, beyond = 0;
+    uint64_t *last = calloc(O.values, sizeof *last);
+    char *want = malloc(O.value_size);
+    for (uint32_t t = 0; t < O.threads; t++) {
+        uint64_t s = kv_fixed_client_seq(t);
+        uint64_t acked = atomic_load(&ack->slot[t].acked);
+        uint64_t inflight = atomic_load(&ack->slot[t].inflight);
+        if (s < acked) {
+            lost += acked - s;
+            fprintf(stderr, "verify: client %u: LOST acknowledged PUTs %" PRIu64 "..%" PRIu64 "\n", t,
+                    s + 1, acked);
+        }
+        if (s > acked && s > inflight) {
+            beyond++;
+            fprintf(stderr, "verify: client %u: seq %" PRIu64 " was never issued (acked %" PRIu64
+                            ", in flight %" PRIu64 ")\n", t, s, acked, inflight);
+        }
+        for (uint64_t q = 1; q <= s; q++)
+            last[kvw_index(t, q, O.threads, O.values)] = q;
+    }
+    for (uint32_t i = 0; i < O.values; i++) {
+        uint32_t t = i % O.threads;
+        const char *v = kv_fixed_value(i);
+        if (last[i] == 0 || i >= O.threads * (O.values / O.threads)) {
+            for (uint32_t k = 0; k < O.value_size; k++)
+                if (v[k]) {
+                    torn++;
+                    fprintf(stderr, "verify: index %u should be empty\n", i);
+                    break;
+                }
+            continue;
+        }
+        kvw_value(want, O.value_size, t, last[i], i);
+        if (memcmp(want, v, O.value_size) != 0) {
+            torn++;
+            if (torn < 10)
+                fprintf(stderr, "verify: index %u does not hold client %u's write %" PRIu64
+                                " (batch half-applied or torn)\n", i, t, last[i]);
+        }
+    }
+    for (uint32_t t = 0; t < O.threads; t++) {
+        uint64_t s = kv_fixed_client_seq(t);
+        atomic_store(&ack->slot[t].acked, s);
+        atomic_store(&ack->slot[t].inflight, s);
+    }
+    if (!O.quiet)
+        printf("verify: %s acked_total=%" PRIu64 " lost=%" PRIu64 " torn=%" PRIu64 "\n",
+               status_name(st), atomic_load(&ack->total_acked), lost, torn + beyond);
+    shutdown_or_die();
+    *lost_out = lost;
+    *torn_out = torn + beyond;
+    return lost || torn || beyond ? 1 : 0;
+}
+
+static pid_t spawn(const char *cmd)
+{
+    char threads[16], values[16], vsize[16], upd[16], seed[32], psize[32], lsize[32];
+    snprintf(threads, sizeof threads, "%u", O.threads);
+    snprintf(values, sizeof values, "%u", O.values);
+    snprintf(vsize, sizeof vsize, "%u", O.value_size);
+    snprintf(upd, sizeof upd, "%u", O.update_pct);
+    snprintf(seed, sizeof seed, "%" PRIu64, kvw_mix(O.seed++));
+    snprintf(psize, sizeof psize, "%zu", O.pool_size);
+    snprintf(lsize, sizeof lsize, "%zu", O.log_size);
+    const char *mode = O.mode == MANGO_PERSIST_SIM ? "sim" : O.mode == MANGO_PERSIST_FS ? "fs"
+                       : O.mode == MANGO_PERSIST_EMULATED ? "emulated" : O.mode == MANGO_PERSIST_PMEM ? "pmem" : "auto";
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(O.self, O.self, cmd, "--pool", O.pool, "--ack", O.ack, "--mode", mode, "--threads",
+              threads, "--values", values, "--value-size", vsize, "--update-pct", upd, "--seed", seed,
+              "--pool-size", psize, "--log-size", lsize, "--quiet", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static int run_crash_test(void)
+{
+    if (!O.pool || !O.ack)
+        die_usage("%s", "crash-test needs --pool and --ack (fresh files are created)");
+    unlink(O.pool);
+    unlink(O.ack);
+    srand((unsigned)O.seed);
+    uint64_t lost = 0, torn = 0, recovery_kills = 0;
+    unsigned rounds = 0;
+    ack_file *ack = open_ack(true);
+    for (unsigned r = 0; r < O.rounds; r++) {
+        pid_t w = spawn("worker");
+        unsigned delay = O.min_ms + (unsigned)rand() % (O.max_ms - O.min_ms + 1);
+        usleep(delay * 1000u);
+        kill(w, SIGKILL);
+        int ws;
+        waitpid(w, &ws, 0);
+        if (!(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) {
+            fprintf(stderr, "crash-test: round %u: worker exited by itself (status %d)\n", r,
+                    WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+            lost += WIFEXITED(ws) && WEXITSTATUS(ws) == 1; /* torn GET or pool behind acks */
+            if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 1))
+                return 2;
+        }
+        /* One round in five also crashes the recovery itself. */
+        if (rand() % 5 == 0) {
+            pid_t v = spawn("verify");
+            usleep((unsigned)rand() % 3000);
+            kill(v, SIGKILL);
+            waitpid(v, &ws, 0);
+            if (WIFSIGNALED(ws))
+                recovery_kills++;
+            else if (WIFEXITED(ws) && WEXITSTATUS(ws) != 0) {
+                fprintf(stderr, "crash-test: round %u: verify failed (status %d)\n", r, WEXITSTATUS(ws));
+                torn++;
+            }
+        }
+        pid_t v = spawn("verify");
+        waitpid(v, &ws, 0);
+        if (!WIFEXITED(ws) || WEXITSTATUS(ws) == 2) {
+            fprintf(stderr, "crash-test: round %u: verify could not run (status %d)\n", r, ws);
+            return 2;
+        }
+        if (WEXITSTATUS(ws) == 1) {
+            fprintf(stderr, "crash-test: round %u: verification FAILED\n", r);
+            lost++; /* details were printed by verify */
+        }
+        rounds++;
+        if (!O.quiet && (r + 1) % 10 == 0)
+            fprintf(stderr, "crash-test: %u/%u rounds, %" PRIu64 " acknowledged PUTs so far\n", r + 1,
+                    O.rounds, atomic_load(&ack->total_acked));
+    }
+    printf("crash-test: recovery itself was killed %" PRIu64 " times\n", recovery_kills);
+    printf("rounds=%u acked=%" PRIu64 " lost=%" PRIu64 " torn=%" PRIu64 "\n", rounds,
+           atomic_load(&ack->total_acked), lost, torn);
+    return lost || torn ? 1 : 0;
+}
+
+/* ---- hashmap ---- */
+
+static int run_hashmap(void)
+{
+    mango_config cfg;
+    mango_config_default(&cfg);
+    cfg.pool_path = O.pool;
+    cfg.mode = O.mode;
+    cfg.pool_size = O.pool_size;
+    cfg.log_size = O.log_size;
+    mango_callbacks cb = {.is_read_only = kvh_is_read_only, .process_request = kvh_process,
+                          .init_state = kvh_init};
+    int st = mango_init(&cfg, &cb);
+    if (st < 0) {
+        fprintf(stderr, "kvstore: %s: %s\n", mango_strerror(st), mango_last_error());
+        return 2;
+    }
+    int rc = kvh_check();
+    printf("hashmap: %s with %" PRIu64 " keys in %" PRIu64 " buckets, check %s\n", status_name(st),
+           kvh_count(), kvh_buckets(), rc ? "FAILED" : "ok");
+    if (rc)
+        return 1;
+    /* Reference model in transient memory: key i -> value length or 0. */
+    uint32_t nkeys = O.values;
+    uint32_t *ref = calloc(nkeys, sizeof *ref);
+    char key[32], *val = malloc(4096), *out = malloc(4096);
+    for (uint32_t i = 0; i < nkeys; i++) { /* learn what survived */
+        kvh_cmd g = {.op = KVH_GET, .key = key, .key_len = (size_t)snprintf(key, sizeof key, "key:%u", i),
+                     .out = out, .out_cap = 4096};
+        mango_client_cmd(&g);
+        ref[i] = g.status == 0 ? (uint32_t)g.out_len : 0;
+        if (g.status == 0)
+            for (size_t k = 0; k < g.out_len; k++)
+                if (out[k] != (char)(i + k)) {
+                    printf("hashmap: key %u has a wrong value after recovery\n", i);
+                    return 1;
+                }
+    }
+    uint64_t rng = O.seed;
+    for (uint64_t n = 0; n < O.ops; n++) {
+        rng = kvw_mix(rng + 1);
+        uint32_t i = (uint32_t)(rng % nkeys);
+        kvh_cmd c = {.key = key, .key_len = (size_t)snprintf(key, sizeof key, "key:%u", i)};
+        unsigned r = (rng >> 40) % 100;
+        if (r < 45) {
+            c.op = KVH_PUT;
+            c.value_len = 1 + (rng >> 20) % 2000;
+            for (size_t k = 0; k < c.value_len; k++)
+                val[k] = (char)(i + k);
+            c.value = val;
+        } else if (r < 60) {
+            c.op = KVH_DEL;
+        } else {
+            c.op = KVH_GET;
+            c.out = out;
+            c.out_cap = 4096;
+        }
+        if (mango_client_cmd(&c) != 0) {
+            fprintf(stderr, "hashmap: %s\n", mango_last_error());
+            return 2;
+        }
+        if (c.op == KVH_PUT)
+            ref[i] = (uint32_t)c.value_len;
+        else if (c.op == KVH_DEL) {
+            if ((c.status == 0) != (ref[i] != 0)) {
+                printf("hashmap: DEL of key %u disagrees with the model\n", i);
+                return 1;
+            }
+            ref[i] = 0;
+        } else if ((c.status == 0) != (ref[i] != 0) || (c.status == 0 && c.out_len != ref[i])) {
+            printf("hashmap: GET of key %u disagrees with the model\n", i);
+            return 1;
+        }
+    }
+    rc = kvh_check();
+    printf("hashmap: after %" PRIu64 " ops: %" PRIu64 " keys in %" PRIu64 " buckets, check %s\n",
+           O.ops, kvh_count(), kvh_buckets(), rc ? "FAILED" : "ok");
+    shutdown_or_die();
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    parse(argc, argv);
+    if (!strcmp(O.cmd, "demo"))
+        return run_demo();
+    if (!strcmp(O.cmd, "run"))
+        return run_load();
+    if (!strcmp(O.cmd, "worker"))
+        return run_worker();
+    if (!strcmp(O.cmd, "verify")) {
+        uint64_t l, t;
+        return run_verify(&l, &t);
+    }
+    if (!strcmp(O.cmd, "crash-test"))
+        return run_crash_test();
+    if (!strcmp(O.cmd, "hashmap"))
+        return run_hashmap();
+    die_usage("unknown command '%s'", O.cmd);
+    return 2;
+}

@@ -1,0 +1,143 @@
+/* mango.h -- the public API of Mangosteen.
+ *
+ * Mangosteen makes an in-memory, linearizable application durable. The
+ * application keeps its state in DRAM and hands request handling to the
+ * runtime through the callbacks below. Read-only requests run in parallel;
+ * read-write requests are batched by flat combining, every store they make to
+ * durable memory is captured, deduplicated into 32-byte blocks and appended to
+ * a persistent redo log, and a request is acknowledged (mango_client_cmd
+ * returns) only once the log holding it is durable.
+ *
+ * Durable memory is (1) the durable heap: everything malloc'd inside a
+ * read-write command, and (2) the bytes of the executable's own .data/.bss
+ * that read-write commands write. After a crash, mango_init() restores both at
+ * the same virtual addresses and reports MANGO_RECOVERED.
+ *
+ * Errors are returned, never printed; mango_strerror()/mango_last_error() give
+ * the message.
+ */
+#ifndef MANGO_H
+#define MANGO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MANGO_VERSION_MAJOR 0
+#define MANGO_VERSION_MINOR 1
+
+/* ---- callbacks (the paper's six) ------------------------------------- */
+
+typedef struct mango_response {
+    const void *data;
+    size_t size;
+} mango_response;
+
+typedef struct mango_callbacks {
+    /* RPC mode only: create/destroy the per-client context. */
+    void *(*init_client)(void *params);
+    void (*destroy_client)(void *ctx);
+    /* RPC mode only: parse request bytes into ctx. */
+    void (*deserialize_request)(void *ctx, const void *req, size_t len);
+    /* Required: does the request held in ctx leave the state unchanged? */
+    bool (*is_read_only)(void *ctx);
+    /* Required: execute the request held in ctx. */
+    void (*process_request)(void *ctx);
+    /* RPC mode only: the response for the request just processed. */
+    mango_response (*get_response)(void *ctx);
+    /* Optional: build the initial application state. Runs once, as a
+     * read-write command, when the pool is FRESH; skipped on RECOVERED. */
+    void (*init_state)(void *arg);
+    void *init_state_arg;
+} mango_callbacks;
+
+/* ---- configuration --------------------------------------------------- */
+
+typedef enum mango_persist_mode {
+    MANGO_PERSIST_AUTO = 0, /* pmem if the pool is on DAX, emulated on tmpfs, else fs */
+    MANGO_PERSIST_EMULATED, /* tmpfs: survives process crashes, not power loss */
+    MANGO_PERSIST_FS,       /* any file system: msync at commit */
+    MANGO_PERSIST_PMEM,     /* DAX + MAP_SYNC: clwb/sfence */
+    MANGO_PERSIST_NONE,     /* durability off (benchmark baseline): nothing logged */
+    MANGO_PERSIST_SIM,      /* test mode: bytes reach the pool file only at sync
+                             * points, so killing the process acts like a power
+                             * failure that drops everything not yet synced */
+} mango_persist_mode;
+
+typedef struct mango_config {
+    const char *pool_path;   /* NULL: $MANGO_POOL, else /dev/shm/mango-<exe>.pool */
+    size_t pool_size;        /* bytes for a new pool; 0: 1 GiB. Ignored on open. */
+    size_t log_size;         /* redo log ring; 0: 64 MiB */
+    mango_persist_mode mode;
+    unsigned max_threads;    /* client threads that may call in; 0: 64 */
+    uintptr_t heap_base;     /* durable heap reservation; 0: 0x600000000000 */
+    bool create_if_missing;  /* default true via mango_config_default() */
+} mango_config;
+
+void mango_config_default(mango_config *cfg);
+
+typedef enum mango_status {
+    MANGO_FRESH = 1,     /* new pool; init_state ran */
+    MANGO_RECOVERED = 2, /* state restored from the pool */
+} mango_status;
+
+/* Error codes (negative returns). */
+enum {
+    MANGO_OK = 0,
+    MANGO_EINVAL = -1,      /* bad argument or configuration */
+    MANGO_EIO = -2,         /* I/O error; writes are no longer accepted */
+    MANGO_EBADPOOL = -3,    /* pool corrupt, truncated or wrong version */
+    MANGO_ELAYOUT = -4,     /* pool written by a different binary/layout */
+    MANGO_EBUSY = -5,       /* pool in use by another process */
+    MANGO_ENOMEM = -6,      /* out of memory / address space */
+    MANGO_EFAILED = -7,     /* runtime has stopped after an earlier error */
+    MANGO_EEXIST = -8,
+    MANGO_ENOENT = -9,
+};
+
+/* Start the runtime: open (or create) the pool, recover or initialise the
+ * state, start the backend. Returns MANGO_FRESH or MANGO_RECOVERED, or a
+ * negative error code (message in mango_last_error()). */
+int mango_init(const mango_config *cfg, const mango_callbacks *cb);
+
+/* Stop the runtime: drain the log into the mirror, close the pool. */
+int mango_shutdown(void);
+
+/* Local mode: run one client command whose request is already in ctx.
+ * Returns 0 once the command ran and, if read-write, is durable; a negative
+ * error code if the runtime has failed (the command did not run). */
+int mango_client_cmd(void *ctx);
+
+/* Explicit capture: tell the runtime that [addr, addr+len) is about to be
+ * (or was just) written by the current read-write command. A no-op outside
+ * read-write commands. The compiler plugin emits these automatically. */
+void mango_capture(const void *addr, size_t len);
+
+/* True while the calling thread executes read-write commands. */
+bool mango_in_rw_command(void);
+
+const char *mango_strerror(int code);
+const char *mango_last_error(void);
+
+/* Counters for benchmarks and tests. */
+typedef struct mango_stats {
+    uint64_t batches;        /* committed read-write batches */
+    uint64_t rw_commands;    /* read-write commands executed */
+    uint64_t log_blocks;     /* 32-byte blocks written to the log */
+    uint64_t log_bytes;      /* bytes appended to the log (frames incl. headers) */
+    uint64_t frontend_syncs; /* ordering points that waited for the medium (commit) */
+    uint64_t backend_syncs;
+    uint64_t overflow_blocks;/* blocks that went to the dedup overflow buffer */
+    uint64_t log_full_waits; /* times the combiner waited for log space */
+} mango_stats;
+
+void mango_get_stats(mango_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

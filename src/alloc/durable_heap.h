@@ -1,0 +1,69 @@
+/* durable_heap.h -- the durable allocator.
+ *
+ * Serves malloc/free for read-write commands from a fixed virtual range (the
+ * durable heap reservation). All of its metadata lives inside that range and
+ * every write it makes to metadata is reported through the capture callback,
+ * so the redo log carries allocator state like any other durable store and
+ * recovery restores it by copying bytes. Only one thread (the combiner) uses it
+ * at a time, so it takes no locks.
+ *
+ * Layout: a dheap_root at the base of the range, then chunks. `top` is the end
+ * of the carved part; recovery copies [base, base + top) only.
+ */
+#ifndef MANGO_DURABLE_HEAP_H
+#define MANGO_DURABLE_HEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
+#define DHEAP_VERSION 1
+
+/* Small size classes: 16..1024 in steps of 16 (64 classes), then four
+ * classes per doubling up to 32 KiB (20 classes). Larger requests are "large"
+ * chunks: page multiples, first fit, split and coalesced. */
+#define DHEAP_NCLASSES 84
+#define DHEAP_SMALL_MAX 32768
+
+typedef void (*dheap_capture_fn)(const void *addr, size_t len);
+
+/* The first bytes of the heap range. Stable: recovery reads it from the mirror. */
+typedef struct dheap_root {
+    uint64_t magic;
+    uint64_t version;
+    uint64_t capacity; /* bytes in the range */
+    uint64_t top;      /* offset from base of the first never-carved byte */
+    /* implementation-private fields follow (durable_heap.c). All links are
+     * offsets from base (0 = none), so a root image can be validated without
+     * knowing where it will be mapped. */
+    uint64_t last;       /* offset of the chunk that ends at top (0: none) */
+    uint64_t allocated;  /* bytes (headers included) of chunks in use */
+    uint64_t large_free; /* head of the doubly linked list of free large chunks */
+    uint64_t small_free[DHEAP_NCLASSES]; /* per-class singly linked free lists */
+} dheap_root;
+
+/* Attach to [base, base+capacity), which must be mapped read-write.
+ * fresh: write a new root (captured). Otherwise the root must already be valid
+ * (restored by recovery). Returns 0 or a negative MANGO_E* code. */
+int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn capture);
+void dheap_detach(void);
+
+void *dheap_malloc(size_t n);
+void *dheap_calloc(size_t n, size_t size);
+void *dheap_realloc(void *p, size_t n);
+void *dheap_memalign(size_t align, size_t n);
+void dheap_free(void *p);
+size_t dheap_usable_size(const void *p);
+
+/* Is p inside the attached heap range? (cheap; usable before attach: false) */
+bool dheap_contains(const void *p);
+
+/* Validate a root image (e.g. read from the pool mirror); returns the number
+ * of bytes from base that recovery must copy, or 0 if the root is invalid. */
+uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity);
+
+/* Walk all chunks and check metadata consistency; 0 if consistent. (tests) */
+int dheap_check(void);
+
+#endif

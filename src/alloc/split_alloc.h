@@ -1,0 +1,26 @@
+/* split_alloc.h -- split allocation: routes the malloc family.
+ *
+ * The runtime defines malloc, free, calloc, realloc, memalign, posix_memalign,
+ * aligned_alloc, valloc, pvalloc and malloc_usable_size in the executable, so
+ * they interpose glibc's. While the calling thread runs read-write commands
+ * (split_alloc_rw_thread is true) allocations come from the durable heap;
+ * everywhere else from glibc (__libc_malloc & co). free/realloc route by
+ * address. A durable object freed outside a read-write command is queued and
+ * freed by the next combiner (split_alloc_drain_deferred).
+ */
+#ifndef MANGO_SPLIT_ALLOC_H
+#define MANGO_SPLIT_ALLOC_H
+
+#include <stdbool.h>
+
+/* Set by the runtime while this thread executes a read-write batch. */
+extern __thread bool split_alloc_rw_thread __attribute__((tls_model("initial-exec")));
+
+/* Referenced by mango_init so the interposer object is always linked in. */
+void split_alloc_link_anchor(void);
+
+/* Free the durable objects queued by free() calls made outside read-write
+ * commands. Called by the combiner while capturing. */
+void split_alloc_drain_deferred(void);
+
+#endif

@@ -1,0 +1,174 @@
+/* backend.c -- the backend thread and the frame-apply function (backend.h). */
+#include "backend/backend.h"
+
+#include <string.h>
+
+#include "runtime/error.h"
+
+static const pool_region *region_of(const pool *p, uint64_t addr)
+{
+    for (unsigned i = 0; i < p->nregions; i++) {
+        const pool_region *r = &p->regions[i];
+        if (addr >= r->vaddr && addr - r->vaddr < r->size)
+            return r;
+    }
+    return NULL;
+}
+
+int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *rg)
+{
+    for (uint32_t i = 0; i < f->n_entries; i++) {
+        const pool_region *r = region_of(p, e[i].addr);
+        if (!r || e[i].addr % LOG_BLOCK_SIZE)
+            return mango_error(MANGO_EBADPOOL,
+                               "log frame seq %llu holds block %#llx outside every durable region",
+                               (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+        uint64_t off = e[i].addr - r->vaddr;
+        char *dst = p->base + r->mirror_offset + off;
+        if (r->kind == POOL_REGION_HEAP || e[i].mask == 0xffffffffu) {
+            memcpy(dst, e[i].data, LOG_BLOCK_SIZE);
+        } else {
+            for (unsigned b = 0; b < LOG_BLOCK_SIZE; b++)
+                if (e[i].mask & (1u << b))
+                    dst[b] = (char)e[i].data[b];
+        }
+        persist_note_store(dst, LOG_BLOCK_SIZE, "backend.apply");
+        persist_flush(&p->pd, rg, dst, LOG_BLOCK_SIZE, "backend.flush");
+        if (r->kind == POOL_REGION_DATA) {
+            /* off is 32-aligned, so the block's 32 bits are one aligned uint32_t. */
+            uint32_t *bits = (uint32_t *)(p->base + r->bitmap_offset + off / 8);
+            if ((*bits | e[i].mask) != *bits) {
+                *bits |= e[i].mask;
+                persist_note_store(bits, sizeof *bits, "backend.bitmap");
+                persist_flush(&p->pd, rg, bits, sizeof *bits, "backend.flush_bitmap");
+            }
+        }
+    }
+    return MANGO_OK;
+}
+
+typedef struct apply_ctx {
+    pool *p;
+    persist_ranges ranges;
+} apply_ctx;
+
+static int apply_visitor(void *arg, const log_frame *f, const log_entry *e)
+{
+    apply_ctx *c = arg;
+    return backend_apply_frame(c->p, f, e, &c->ranges);
+}
+
+/* Apply [applied, committed), sync the mirror, persist the head. */
+static int backend_round(backend *b, uint64_t committed)
+{
+    pool *p = b->pool;
+    apply_ctx c = {.p = p};
+    log_scan_result res;
+    int rc = redo_log_scan(b->log->ring, b->log->cap, b->applied_lsn, b->applied_seq,
+                           b->log->generation, committed, apply_visitor, &c, &res);
+    if (rc != MANGO_OK)
+        return rc;
+    int s = persist_sync(&p->pd, &c.ranges, "backend.mirror_sync");
+    if (s != 0)
+        return mango_error(MANGO_EIO, "sync of the mirror failed: %s", strerror(-s));
+    rc = pool_write_head(p, res.end_lsn, res.next_seq, b->log->generation, false);
+    if (rc != MANGO_OK)
+        return rc;
+    b->applied_lsn = res.end_lsn;
+    b->applied_seq = res.next_seq;
+    b->rounds++;
+    b->syncs += 2;
+    redo_log_release(b->log, p->older_head_lsn);
+    return MANGO_OK;
+}
+
+static void *backend_main(void *arg)
+{
+    backend *b = arg;
+    redo_log *l = b->log;
+    for (;;) {
+        uint64_t committed = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
+        if (committed != b->applied_lsn) {
+            int rc = backend_round(b, committed);
+            if (rc != MANGO_OK) {
+                atomic_store(&b->error, rc);
+                b->pool->pd.failed = true;
+                redo_log_release(l, atomic_load(&l->reusable_lsn)); /* wake waiters to fail */
+                return NULL;
+            }
+            continue;
+        }
+        /* Idle. If the frontend waits for space that only lags because the
+         * older head slot still names an older head, rewrite the head once. */
+        if (l->space_waiters && b->pool->older_head_lsn != b->applied_lsn) {
+            int rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, l->generation, false);
+            b->syncs++;
+            if (rc == MANGO_OK)
+                redo_log_release(l, b->pool->older_head_lsn);
+            continue;
+        }
+        if (atomic_load(&b->stop))
+            return NULL;
+        pthread_mutex_lock(&b->mu);
+        atomic_store(&b->sleeping, 1);
+        while (!atomic_load(&b->stop) &&
+               atomic_load(&l->committed_lsn) == b->applied_lsn &&
+               !(l->space_waiters && b->pool->older_head_lsn != b->applied_lsn))
+            pthread_cond_wait(&b->cv, &b->mu);
+        atomic_store(&b->sleeping, 0);
+        pthread_mutex_unlock(&b->mu);
+    }
+}
+
+static void backend_kick(void *arg)
+{
+    backend *b = arg;
+    pthread_mutex_lock(&b->mu);
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+int backend_start(backend *b, pool *p, redo_log *log)
+{
+    memset(b, 0, sizeof *b);
+    b->pool = p;
+    b->log = log;
+    b->applied_lsn = atomic_load(&log->committed_lsn);
+    b->applied_seq = log->next_seq;
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->cv, NULL);
+    log->kick = backend_kick;
+    log->kick_arg = b;
+    if (pthread_create(&b->thread, NULL, backend_main, b) != 0)
+        return mango_error(MANGO_ENOMEM, "cannot start the backend thread");
+    b->started = true;
+    return MANGO_OK;
+}
+
+void backend_notify(backend *b)
+{
+    if (atomic_load(&b->sleeping)) {
+        pthread_mutex_lock(&b->mu);
+        pthread_cond_signal(&b->cv);
+        pthread_mutex_unlock(&b->mu);
+    }
+}
+
+int backend_stop(backend *b, bool drain)
+{
+    if (!b->started)
+        return MANGO_OK;
+    (void)drain; /* the thread drains everything committed before it looks at stop */
+    pthread_mutex_lock(&b->mu);
+    atomic_store(&b->stop, 1);
+    pthread_cond_signal(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    b->started = false;
+    int rc = atomic_load(&b->error);
+    if (rc == MANGO_OK && drain)
+        rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, b->log->generation, true);
+    pthread_mutex_destroy(&b->mu);
+    pthread_cond_destroy(&b->cv);
+    return rc;
+}

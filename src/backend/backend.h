@@ -1,0 +1,44 @@
+/* backend.h -- applies committed log frames to the pool's persistent mirror.
+ *
+ * One thread. It sleeps on a condition variable while the log is empty, wakes
+ * when the frontend commits, applies every committed frame (32-byte blocks to
+ * the heap mirror; masked bytes plus the written-bytes bitmap for .data/.bss),
+ * syncs the mirror, then persists the new log head and releases log space.
+ * Two syncs per round, however many batches the round covers.
+ * Recovery uses the same apply function to replay the log.
+ */
+#ifndef MANGO_BACKEND_H
+#define MANGO_BACKEND_H
+
+#include <pthread.h>
+#include <stdbool.h>
+
+#include "log/redo_log.h"
+#include "pool/pool.h"
+
+typedef struct backend {
+    pool *pool;
+    redo_log *log;
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    _Atomic int sleeping;
+    _Atomic int stop;
+    uint64_t applied_lsn;
+    uint64_t applied_seq;
+    _Atomic int error; /* MANGO_E* once the backend failed */
+    uint64_t rounds;
+    uint64_t syncs; /* mirror + head syncs issued */
+} backend;
+
+/* Apply one frame to the mirror; flushed ranges accumulate in r. */
+int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
+
+int backend_start(backend *b, pool *p, redo_log *log);
+/* Frontend: a commit was published. Cheap unless the backend sleeps. */
+void backend_notify(backend *b);
+/* Stop; with drain, apply everything committed first and mark the head clean. */
+int backend_stop(backend *b, bool drain);
+
+#endif

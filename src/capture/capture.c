@@ -1,0 +1,56 @@
+/* capture.c -- mango_capture(): filter by durable range, feed the dedup set. */
+#include "capture/capture.h"
+
+#include "mango.h"
+
+__thread bool capture_active __attribute__((tls_model("initial-exec")));
+
+static unsigned n_ranges;
+static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
+static dedup_set *current_set;
+
+void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
+{
+    if (n > CAPTURE_MAX_RANGES)
+        n = CAPTURE_MAX_RANGES;
+    for (unsigned i = 0; i < n; i++) {
+        range_lo[i] = lo[i];
+        range_hi[i] = hi[i];
+    }
+    n_ranges = n;
+}
+
+bool capture_is_durable(uintptr_t addr, size_t len)
+{
+    for (unsigned i = 0; i < n_ranges; i++)
+        if (addr < range_hi[i] && addr + len > range_lo[i])
+            return true;
+    return false;
+}
+
+void capture_begin(dedup_set *set)
+{
+    current_set = set;
+    capture_active = true;
+}
+
+void capture_end(void)
+{
+    capture_active = false;
+    current_set = NULL;
+}
+
+bool mango_in_rw_command(void) { return capture_active; }
+
+void mango_capture(const void *addr, size_t len)
+{
+    if (!capture_active || len == 0)
+        return;
+    uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+    for (unsigned i = 0; i < n_ranges; i++) {
+        uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
+        uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
+        if (a < b)
+            dedup_add_range(current_set, a, b - a);
+    }
+}

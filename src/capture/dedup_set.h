@@ -1,0 +1,70 @@
+/* dedup_set.h -- intra-batch deduplication of captured stores (paper, Fig. 3).
+ *
+ * A fixed-size, cache-line-aligned open-addressing set of 32-byte block
+ * addresses with linear probing. Beside each block it keeps a 32-bit mask of
+ * the bytes the batch wrote (the backend restores .data/.bss byte-exactly).
+ * Past 60 % load, new blocks go to an overflow buffer in arrival order, not
+ * deduplicated. The combiner owns it; no locks.
+ */
+#ifndef MANGO_DEDUP_SET_H
+#define MANGO_DEDUP_SET_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define DEDUP_BLOCK 32u
+#define DEDUP_SLOTS 4096u /* 32 KiB of keys + 16 KiB of masks */
+#define DEDUP_MAX_LOAD (DEDUP_SLOTS * 6 / 10)
+
+typedef struct dedup_overflow_chunk {
+    struct dedup_overflow_chunk *next;
+    uint32_t n;
+    uint64_t addr[1022];
+    uint32_t mask[1022];
+} dedup_overflow_chunk;
+
+typedef struct dedup_set {
+    _Alignas(64) uint64_t key[DEDUP_SLOTS]; /* block address, 0 = empty */
+    uint32_t mask[DEDUP_SLOTS];
+    uint32_t used_slot[DEDUP_MAX_LOAD];      /* filled slots, for a fast clear */
+    uint32_t count;
+    dedup_overflow_chunk *ovf_head, *ovf_tail, *ovf_free;
+    uint64_t ovf_count;
+} dedup_set;
+
+void dedup_init(dedup_set *s);
+void dedup_destroy(dedup_set *s);
+/* Record that [addr, addr+len) was written (addr/len already filtered). */
+void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len);
+/* Total entries (set + overflow). */
+static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->ovf_count; }
+typedef void (*dedup_visit_fn)(void *arg, uintptr_t block, uint32_t mask);
+void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg);
+void dedup_clear(dedup_set *s);
+
+/* Inline fast path for one block. */
+static inline void dedup_add_block(dedup_set *s, uintptr_t block, uint32_t mask)
+{
+    extern void dedup_add_overflow(dedup_set * s, uintptr_t block, uint32_t mask);
+    uint32_t i = (uint32_t)((block >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1);
+    for (;;) {
+        uint64_t k = s->key[i];
+        if (k == block) {
+            s->mask[i] |= mask;
+            return;
+        }
+        if (k == 0)
+            break;
+        i = (i + 1) & (DEDUP_SLOTS - 1);
+    }
+    if (s->count >= DEDUP_MAX_LOAD) {
+        dedup_add_overflow(s, block, mask);
+        return;
+    }
+    s->key[i] = block;
+    s->mask[i] = mask;
+    s->used_slot[s->count++] = i;
+}
+
+#endif

@@ -1,0 +1,352 @@
+/* flat_combining.c -- the runtime's concurrency control.
+ *
+ * Owns the writer-preference reader/writer lock with flat combining described
+ * in flat_combining.h: per-thread slots, the writer flag, combiner election,
+ * batch collection and the batch_begin/batch_end bracketing. Blocking goes
+ * through futex_wait.h.
+ *
+ * Shared state and who writes it:
+ *   wrflag        0/1, set by the CAS that elects a combiner (or an exclusive
+ *                 caller), cleared by that same thread.
+ *   slot.rflag    written only by the slot's owner (reader announce).
+ *   slot.status   EMPTY -> READY   by the owner (publishes ctx)
+ *                 READY -> STARTED by the combiner holding wrflag
+ *                 STARTED -> DONE  by that combiner (publishes result)
+ *                 DONE -> EMPTY    by the owner (after reading result)
+ *                 So STARTED only exists while its combiner holds wrflag, and
+ *                 READY->STARTED needs no CAS: only the wrflag holder does it.
+ *   slot.owned    claims a slot for a thread; cleared by the pthread key
+ *                 destructor when the thread exits.
+ *
+ * Memory ordering (the part that matters):
+ *   The shared-lock handshake is Dekker-style. A reader stores rflag=1 and
+ *   then loads wrflag; a combiner sets wrflag=1 (CAS) and then loads every
+ *   rflag. With release/acquire alone, each thread's load may be satisfied
+ *   before its own store is visible to the other (store->load reordering,
+ *   which x86 performs through its store buffer), and both would proceed.
+ *   Making those stores/RMWs and loads seq_cst puts them in one total order,
+ *   so at least one side sees the other's flag: the reader backs off or the
+ *   combiner waits for it. The same four accesses also give the needed
+ *   happens-before edges: a reader's clear of rflag (a release) read by the
+ *   combiner orders the reader's reads before the batch's writes, and the
+ *   combiner's clear of wrflag (a release) read by a reader orders the batch's
+ *   writes before the reader's reads.
+ *   ctx is published by the owner's release store of READY and read by the
+ *   combiner after an acquire load of READY; result is published by the
+ *   combiner's (seq_cst, hence release) store of DONE and read by the owner
+ *   after an acquire load of DONE.
+ *   Every store to a word someone may sleep on is seq_cst and is followed by
+ *   fw_wake(); see futex_wait.h for why that cannot lose a wake-up.
+ *
+ * fc_execute never allocates. The only possible allocation is glibc's own,
+ * inside pthread_setspecific on a thread's first call, and only for key
+ * indices >= 32 (the runtime creates far fewer keys than that).
+ */
+#include "concurrency/flat_combining.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "concurrency/futex_wait.h"
+#include "mango.h"
+
+#define FC_CACHELINE 64
+/* Upper bound on max_threads, to keep the slot array a sane size. */
+#define FC_MAX_THREADS_LIMIT 65536u
+
+enum { FC_EMPTY = 0, FC_READY = 1, FC_STARTED = 2, FC_DONE = 3 };
+
+typedef struct fc_slot {
+    _Alignas(FC_CACHELINE) _Atomic uint32_t rflag; /* reader announce */
+    _Atomic uint32_t rwaiters;   /* sleepers on rflag (the combiner) */
+    _Atomic uint32_t status;     /* FC_EMPTY .. FC_DONE */
+    _Atomic uint32_t swaiters;   /* sleepers on status (the owner) */
+    _Atomic uint32_t owned;      /* 1 while a live thread holds the slot */
+    int result;                  /* valid once status == FC_DONE */
+    void *ctx;                   /* valid once status == FC_READY */
+} fc_slot;
+
+_Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
+
+struct fc {
+    _Alignas(FC_CACHELINE) _Atomic uint32_t wrflag;
+    _Atomic uint32_t wrwaiters; /* readers, queued writers, exclusive callers */
+
+    _Alignas(FC_CACHELINE) fc_hooks hooks;
+    unsigned max_threads;
+    pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
+
+    fc_slot slots[];
+};
+
+/* ---- slots --------------------------------------------------------------- */
+
+static void slot_release(void *p)
+{
+    fc_slot *s = p;
+    /* The owner only exits after its last fc_execute returned, so the slot is
+     * EMPTY and no combiner will touch it again (a late FUTEX_WAKE from the
+     * combiner that finished it is harmless: waiters always re-check). */
+    atomic_store_explicit(&s->rflag, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->status, FC_EMPTY, memory_order_relaxed);
+    atomic_store_explicit(&s->owned, 0, memory_order_release);
+}
+
+static fc_slot *slot_get(fc *f)
+{
+    fc_slot *s = pthread_getspecific(f->key);
+    if (s)
+        return s;
+    for (unsigned i = 0; i < f->max_threads; i++) {
+        s = &f->slots[i];
+        uint32_t expect = 0;
+        if (atomic_load_explicit(&s->owned, memory_order_relaxed) != 0)
+            continue;
+        if (!atomic_compare_exchange_strong_explicit(
+                &s->owned, &expect, 1, memory_order_acquire,
+                memory_order_relaxed))
+            continue;
+        if (pthread_setspecific(f->key, s) != 0) {
+            atomic_store_explicit(&s->owned, 0, memory_order_release);
+            return NULL;
+        }
+        return s;
+    }
+    return NULL;
+}
+
+/* ---- the write side ------------------------------------------------------ */
+
+static bool wr_try_acquire(fc *f)
+{
+    uint32_t expect = 0;
+    /* Test before CAS: keeps queued writers from bouncing the line. */
+    return atomic_load_explicit(&f->wrflag, memory_order_seq_cst) == 0 &&
+           atomic_compare_exchange_strong_explicit(&f->wrflag, &expect, 1,
+                                                   memory_order_seq_cst,
+                                                   memory_order_seq_cst);
+}
+
+static void wr_release(fc *f)
+{
+    atomic_store_explicit(&f->wrflag, 0, memory_order_seq_cst);
+    fw_wake(&f->wrflag, &f->wrwaiters);
+}
+
+/* Index of a slot whose reader flag is set, or -1. seq_cst loads: this is the
+ * combiner's half of the Dekker handshake (its CAS on wrflag came first). */
+static int find_reader(fc *f)
+{
+    for (unsigned j = 0; j < f->max_threads; j++)
+        if (atomic_load_explicit(&f->slots[j].rflag, memory_order_seq_cst))
+            return (int)j;
+    return -1;
+}
+
+/* Mark every READY slot STARTED; returns how many were taken. */
+static unsigned collect_ready(fc *f)
+{
+    unsigned n = 0;
+    for (unsigned j = 0; j < f->max_threads; j++) {
+        fc_slot *s = &f->slots[j];
+        if (atomic_load_explicit(&s->status, memory_order_acquire) ==
+            FC_READY) {
+            /* The owner waits without writing status while READY, and only
+             * the wrflag holder leaves READY, so a plain store suffices. No
+             * wake: the owner sleeps on wrflag, not on status, while READY. */
+            atomic_store_explicit(&s->status, FC_STARTED,
+                                  memory_order_relaxed);
+            n++;
+        }
+    }
+    return n;
+}
+
+/* Called with wrflag held. Collects published commands while waiting for the
+ * readers to leave; returns the number collected. */
+static unsigned drain_readers(fc *f, bool collect)
+{
+    unsigned n = 0;
+    for (;;) {
+        if (collect)
+            n += collect_ready(f);
+        int j = find_reader(f);
+        if (j < 0)
+            return n;
+        /* Readers that arrive from now on see wrflag and back off, so this
+         * terminates once the current readers finish. */
+        fc_slot *s = &f->slots[j];
+        fw_wait_while_eq(&s->rflag, &s->rwaiters, 1);
+    }
+}
+
+static int hook_begin(fc *f, unsigned n)
+{
+    return f->hooks.batch_begin ? f->hooks.batch_begin(f->hooks.arg, n) : 0;
+}
+
+static int hook_end(fc *f)
+{
+    return f->hooks.batch_end ? f->hooks.batch_end(f->hooks.arg) : 0;
+}
+
+/* Called with wrflag held; releases it. */
+static void combine(fc *f)
+{
+    unsigned n = drain_readers(f, true);
+    if (n > 0) {
+        int r = hook_begin(f, n);
+        if (r == 0) {
+            for (unsigned j = 0; j < f->max_threads; j++) {
+                fc_slot *s = &f->slots[j];
+                if (atomic_load_explicit(&s->status, memory_order_relaxed) ==
+                    FC_STARTED)
+                    f->hooks.process(s->ctx);
+            }
+            r = hook_end(f);
+        }
+        for (unsigned j = 0; j < f->max_threads; j++) {
+            fc_slot *s = &f->slots[j];
+            if (atomic_load_explicit(&s->status, memory_order_relaxed) !=
+                FC_STARTED)
+                continue;
+            s->result = r;
+            atomic_store_explicit(&s->status, FC_DONE, memory_order_seq_cst);
+            fw_wake(&s->status, &s->swaiters);
+        }
+    }
+    wr_release(f);
+}
+
+/* ---- public API ---------------------------------------------------------- */
+
+int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks)
+{
+    if (!out || !hooks || !hooks->process || max_threads == 0 ||
+        max_threads > FC_MAX_THREADS_LIMIT)
+        return MANGO_EINVAL;
+    *out = NULL;
+    size_t size = sizeof(fc) + (size_t)max_threads * sizeof(fc_slot);
+    void *mem = NULL;
+    if (posix_memalign(&mem, FC_CACHELINE, size) != 0)
+        return MANGO_ENOMEM;
+    memset(mem, 0, size);
+    fc *f = mem;
+    f->hooks = *hooks;
+    f->max_threads = max_threads;
+    atomic_init(&f->wrflag, 0);
+    atomic_init(&f->wrwaiters, 0);
+    for (unsigned i = 0; i < max_threads; i++) {
+        fc_slot *s = &f->slots[i];
+        atomic_init(&s->rflag, 0);
+        atomic_init(&s->rwaiters, 0);
+        atomic_init(&s->status, FC_EMPTY);
+        atomic_init(&s->swaiters, 0);
+        atomic_init(&s->owned, 0);
+    }
+    int err = pthread_key_create(&f->key, slot_release);
+    if (err != 0) {
+        free(mem);
+        return err == ENOMEM ? MANGO_ENOMEM : MANGO_EINVAL;
+    }
+    *out = f;
+    return 0;
+}
+
+/* No thread may be inside fc_execute. Threads that still hold slots just lose
+ * them: once the key is deleted their exit destructor no longer runs. */
+void fc_destroy(fc *f)
+{
+    if (!f)
+        return;
+    pthread_key_delete(f->key);
+    free(f);
+}
+
+int fc_execute(fc *f, void *ctx)
+{
+    fc_slot *s = slot_get(f);
+    if (!s)
+        return MANGO_EINVAL;
+
+    if (f->hooks.is_read_only && f->hooks.is_read_only(ctx)) {
+        for (;;) {
+            /* Reader half of the handshake: store rflag, then load wrflag,
+             * both seq_cst (see the top of the file). */
+            atomic_store_explicit(&s->rflag, 1, memory_order_seq_cst);
+            if (atomic_load_explicit(&f->wrflag, memory_order_seq_cst) == 0) {
+                f->hooks.process(ctx);
+                atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
+                fw_wake(&s->rflag, &s->rwaiters);
+                return 0;
+            }
+            /* A writer holds or is taking the lock: step aside so it can
+             * finish draining readers, and wait for it to release. */
+            atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
+            fw_wake(&s->rflag, &s->rwaiters);
+            fw_wait_while_eq(&f->wrflag, &f->wrwaiters, 1);
+        }
+    }
+
+    s->ctx = ctx;
+    atomic_store_explicit(&s->status, FC_READY, memory_order_release);
+    for (;;) {
+        uint32_t st = atomic_load_explicit(&s->status, memory_order_acquire);
+        if (st == FC_DONE)
+            break;
+        if (st == FC_STARTED) {
+            /* A combiner took our command; it will mark it DONE. */
+            fw_wait_while_eq(&s->status, &s->swaiters, FC_STARTED);
+            continue;
+        }
+        /* READY. Win wrflag and combine, or wait for the holder to either
+         * take our command or let go of the lock. Our status cannot be
+         * STARTED when the CAS wins (STARTED only lives while its combiner
+         * holds wrflag), and if it went DONE meanwhile combine() simply
+         * serves whoever else is READY. */
+        if (wr_try_acquire(f)) {
+            combine(f);
+            continue;
+        }
+        unsigned i = 0;
+        for (; i < FW_SPIN_ITERS; i++) {
+            if (atomic_load_explicit(&s->status, memory_order_acquire) !=
+                    FC_READY ||
+                atomic_load_explicit(&f->wrflag, memory_order_acquire) == 0)
+                break;
+            fw_pause();
+        }
+        if (i == FW_SPIN_ITERS) {
+            /* While READY we sleep on wrflag, not on status: a combiner that
+             * takes us marks DONE before it clears wrflag, so the clear's wake
+             * covers both outcomes. */
+            fw_sleep_while_eq(&f->wrflag, &f->wrwaiters, 1);
+        }
+    }
+    int r = s->result;
+    /* Only the owner leaves DONE; the combiner is finished with the slot. */
+    atomic_store_explicit(&s->status, FC_EMPTY, memory_order_relaxed);
+    return r;
+}
+
+int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)
+{
+    if (!f || !fn)
+        return MANGO_EINVAL;
+    while (!wr_try_acquire(f))
+        fw_wait_while_eq(&f->wrflag, &f->wrwaiters, 1);
+    /* Published commands stay READY; their owners sleep on wrflag and retry
+     * when we release it. */
+    drain_readers(f, false);
+    int r = hook_begin(f, 1);
+    if (r == 0) {
+        fn(arg);
+        r = hook_end(f);
+    }
+    wr_release(f);
+    return r;
+}

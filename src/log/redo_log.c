@@ -1,0 +1,254 @@
+/* redo_log.c -- frame append/commit for the combiner, scanning for the backend
+ * and recovery (format and invariants in redo_log.h). */
+#include "log/redo_log.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "pool/crc32c.h"
+#include "runtime/error.h"
+
+static uint64_t round64(uint64_t v) { return (v + 63) & ~(uint64_t)63; }
+
+static uint32_t frame_header_crc(const log_frame *f)
+{
+    return crc32c(0, f, offsetof(log_frame, header_crc));
+}
+
+void redo_log_init(redo_log *l, pool *p, uint64_t tail_lsn, uint64_t next_seq, uint64_t generation,
+                   uint64_t reusable_lsn)
+{
+    memset(l, 0, sizeof *l);
+    l->pool = p;
+    l->ring = pool_log(p);
+    l->cap = p->hdr->log_size;
+    l->tail_lsn = tail_lsn;
+    l->next_seq = next_seq;
+    l->generation = generation;
+    atomic_store(&l->committed_lsn, tail_lsn);
+    atomic_store(&l->reusable_lsn, reusable_lsn);
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->space_cv, NULL);
+}
+
+void redo_log_destroy(redo_log *l)
+{
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->space_cv);
+}
+
+uint32_t redo_log_max_entries(const redo_log *l)
+{
+    /* A frame must fit beside at least one minimal frame so the ring can turn. */
+    return (uint32_t)((l->cap - 2 * sizeof(log_frame)) / sizeof(log_entry));
+}
+
+static void write_pad(redo_log *l, uint64_t lsn, uint64_t bytes)
+{
+    log_frame *f = (log_frame *)(l->ring + lsn % l->cap);
+    memset(f, 0, sizeof *f);
+    f->magic = LOG_FRAME_MAGIC;
+    f->version = LOG_FRAME_VERSION;
+    f->kind = LOG_FRAME_PAD;
+    f->lsn = lsn;
+    f->seq = l->next_seq;
+    f->generation = l->generation;
+    f->payload_crc = crc32c(0, NULL, 0);
+    f->frame_bytes = bytes;
+    f->header_crc = frame_header_crc(f);
+    persist_note_store(f, sizeof *f, "log.pad");
+}
+
+int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
+{
+    uint64_t bytes = round64(sizeof(log_frame) + (uint64_t)n * sizeof(log_entry));
+    if (n > redo_log_max_entries(l))
+        return mango_error(MANGO_EINVAL,
+                           "a batch wrote %u blocks (%llu bytes of log) but the log holds %llu bytes; "
+                           "configure a larger log_size",
+                           n, (unsigned long long)bytes, (unsigned long long)l->cap);
+    uint64_t off = l->tail_lsn % l->cap;
+    uint64_t pad = off + bytes > l->cap ? l->cap - off : 0;
+    uint64_t need_end = l->tail_lsn + pad + bytes;
+    if (need_end - atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) > l->cap) {
+        pthread_mutex_lock(&l->mu);
+        l->full_waits++;
+        while (need_end - atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) > l->cap) {
+            if (l->pool->pd.failed) {
+                pthread_mutex_unlock(&l->mu);
+                return mango_error(MANGO_EIO, "log full and the backend has failed");
+            }
+            l->space_waiters++;
+            if (l->kick) {
+                pthread_mutex_unlock(&l->mu);
+                l->kick(l->kick_arg);
+                pthread_mutex_lock(&l->mu);
+                if (need_end - atomic_load(&l->reusable_lsn) <= l->cap) {
+                    l->space_waiters--;
+                    break;
+                }
+            }
+            pthread_cond_wait(&l->space_cv, &l->mu);
+            l->space_waiters--;
+        }
+        pthread_mutex_unlock(&l->mu);
+    }
+    if (pad) {
+        write_pad(l, l->tail_lsn, pad);
+        l->tail_lsn += pad;
+    }
+    w->lsn = l->tail_lsn;
+    w->bytes = bytes;
+    w->hdr = (log_frame *)(l->ring + w->lsn % l->cap);
+    w->entries = (log_entry *)(w->hdr + 1);
+    w->capacity = n;
+    w->n = 0;
+    return MANGO_OK;
+}
+
+int redo_log_commit(redo_log *l, log_frame_writer *w)
+{
+    log_frame *f = w->hdr;
+    size_t payload = (size_t)w->n * sizeof(log_entry);
+    uint64_t bytes = round64(sizeof(log_frame) + payload);
+    memset((char *)w->entries + payload, 0, bytes - sizeof(log_frame) - payload);
+    f->magic = LOG_FRAME_MAGIC;
+    f->version = LOG_FRAME_VERSION;
+    f->kind = LOG_FRAME_BATCH;
+    f->lsn = w->lsn;
+    f->seq = l->next_seq;
+    f->generation = l->generation;
+    f->n_entries = w->n;
+    f->payload_crc = crc32c(0, w->entries, payload);
+    f->frame_bytes = bytes;
+    memset(f->reserved, 0, sizeof f->reserved);
+    f->header_crc = frame_header_crc(f);
+    persist_note_store(f, bytes, "log.frame");
+
+    persist_domain *pd = &l->pool->pd;
+    persist_ranges r = {0};
+    /* A PAD written by reserve sits just before the ring's start; flush it too. */
+    uint64_t start = l->tail_lsn;
+    if (w->lsn != start)
+        persist_flush(pd, &r, l->ring + start % l->cap, l->cap - start % l->cap, "log.flush_pad");
+    persist_flush(pd, &r, f, bytes, "log.flush");
+#ifndef MANGO_MUTATE_NO_COMMIT_SYNC
+    int rc = persist_sync(pd, &r, "log.commit_sync");
+    if (rc != 0)
+        return mango_error(MANGO_EIO, "sync of the redo log failed (%s); the batch is not durable "
+                           "and the runtime accepts no more writes", strerror(-rc));
+#endif
+    l->tail_lsn = w->lsn + bytes;
+    l->next_seq++;
+    /* seq_cst: pairs with the backend's sleeping flag (backend_notify). */
+    atomic_store(&l->committed_lsn, l->tail_lsn);
+    return MANGO_OK;
+}
+
+void redo_log_release(redo_log *l, uint64_t lsn)
+{
+    pthread_mutex_lock(&l->mu);
+    atomic_store_explicit(&l->reusable_lsn, lsn, memory_order_release);
+    if (l->space_waiters)
+        pthread_cond_broadcast(&l->space_cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* ---- scanning ---- */
+
+/* Is there a complete, committed frame at pos? On failure says why. */
+static const log_frame *frame_at(const char *ring, uint64_t cap, uint64_t pos, uint64_t seq,
+                                 uint64_t gen, bool check_payload, char *why, size_t whylen)
+{
+    uint64_t off = pos % cap;
+    const log_frame *f = (const log_frame *)(ring + off);
+    if (f->magic != LOG_FRAME_MAGIC || f->header_crc != frame_header_crc(f)) {
+        snprintf(why, whylen, "frame header checksum mismatch");
+        return NULL;
+    }
+    if (f->version != LOG_FRAME_VERSION || f->lsn != pos || f->generation != gen || f->seq != seq ||
+        f->frame_bytes < sizeof(log_frame) || f->frame_bytes % 64 || off + f->frame_bytes > cap ||
+        (f->kind != LOG_FRAME_BATCH && f->kind != LOG_FRAME_PAD) ||
+        sizeof(log_frame) + (uint64_t)f->n_entries * sizeof(log_entry) > f->frame_bytes) {
+        snprintf(why, whylen, "stale or foreign frame (lsn %llu seq %llu gen %llu)",
+                 (unsigned long long)f->lsn, (unsigned long long)f->seq,
+                 (unsigned long long)f->generation);
+        return NULL;
+    }
+    if (f->kind == LOG_FRAME_PAD && off + f->frame_bytes != cap) {
+        snprintf(why, whylen, "pad frame does not end at the ring's end");
+        return NULL;
+    }
+    if (check_payload && crc32c(0, f + 1, (size_t)f->n_entries * sizeof(log_entry)) != f->payload_crc) {
+        snprintf(why, whylen, "frame payload checksum mismatch (torn or corrupt)");
+        return NULL;
+    }
+    return f;
+}
+
+/* After a bad frame at pos: is there a committed frame after it? Then the bad
+ * frame is not a torn tail but corruption of committed data. */
+static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos, uint64_t seq,
+                                    uint64_t gen)
+{
+    char why[96];
+    for (uint64_t d = 64; d < cap; d += 64) {
+        uint64_t cand = pos + d;
+        const log_frame *f = (const log_frame *)(ring + cand % cap);
+        if (f->magic != LOG_FRAME_MAGIC)
+            continue;
+        if (frame_at(ring, cap, cand, seq + 1, gen, true, why, sizeof why) ||
+            frame_at(ring, cap, cand, seq, gen, true, why, sizeof why))
+            return true;
+    }
+    return false;
+}
+
+int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
+                  uint64_t generation, uint64_t limit_lsn, log_frame_visitor visit, void *arg,
+                  log_scan_result *out)
+{
+    memset(out, 0, sizeof *out);
+    uint64_t pos = from_lsn, seq = from_seq;
+    while (pos < limit_lsn) {
+        const log_frame *f = frame_at(ring, cap, pos, seq, generation, true, out->torn_reason,
+                                      sizeof out->torn_reason);
+        if (!f) {
+            if (limit_lsn != UINT64_MAX) {
+                /* The backend only scans what the frontend committed: never torn. */
+                out->end_lsn = pos;
+                out->next_seq = seq;
+                return mango_error(MANGO_EBADPOOL, "log frame at lsn %llu (seq %llu): %s",
+                                   (unsigned long long)pos, (unsigned long long)seq, out->torn_reason);
+            }
+            if (committed_frame_follows(ring, cap, pos, seq, generation)) {
+                out->end_lsn = pos;
+                out->next_seq = seq;
+                return mango_error(MANGO_EBADPOOL,
+                                   "redo log corrupt: frame at lsn %llu (seq %llu) is bad (%s) but "
+                                   "committed frames follow it; refusing to recover",
+                                   (unsigned long long)pos, (unsigned long long)seq, out->torn_reason);
+            }
+            out->torn_tail = ((const log_frame *)(ring + pos % cap))->magic == LOG_FRAME_MAGIC &&
+                             ((const log_frame *)(ring + pos % cap))->generation == generation;
+            out->torn_lsn = pos;
+            break;
+        }
+        if (f->kind == LOG_FRAME_BATCH) {
+            int rc = visit ? visit(arg, f, (const log_entry *)(f + 1)) : 0;
+            if (rc != 0) {
+                out->end_lsn = pos;
+                out->next_seq = seq;
+                return rc;
+            }
+            out->frames++;
+            out->entries += f->n_entries;
+            seq++;
+        }
+        pos += f->frame_bytes;
+    }
+    out->end_lsn = pos;
+    out->next_seq = seq;
+    return MANGO_OK;
+}

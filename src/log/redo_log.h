@@ -1,0 +1,132 @@
+/* redo_log.h -- the persistent redo log: a ring of frames inside the pool.
+ *
+ * One read-write batch = one frame: a 64-byte header followed by one 48-byte
+ * entry per captured 32-byte block. Positions are LSNs: monotonically growing
+ * byte counts; the ring offset is lsn % log_size. A frame never wraps: when it
+ * does not fit before the end of the ring, a PAD frame fills the rest and the
+ * batch starts at the ring's beginning.
+ *
+ * Commit needs ONE ordering point: the whole frame (entries, then header) is
+ * written and flushed, then synced once. A frame counts as committed only if
+ * its header checksum, its LSN (== its position), its generation and sequence
+ * number, and the checksum of its entries all match, so a torn frame is
+ * detected at recovery instead of being ordered by a second fence.
+ * Only the last frame can be torn: a frame is written only after the previous
+ * one's sync returned. A bad frame followed by a good one is corruption.
+ */
+#ifndef MANGO_REDO_LOG_H
+#define MANGO_REDO_LOG_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "pool/pool.h"
+
+#define LOG_FRAME_MAGIC 0x464c474du /* "MGLF" */
+#define LOG_FRAME_VERSION 1u
+#define LOG_BLOCK_SIZE 32u
+
+enum { LOG_FRAME_BATCH = 1, LOG_FRAME_PAD = 2 };
+
+typedef struct log_frame {
+    uint32_t magic;
+    uint16_t version;
+    uint16_t kind;
+    uint64_t lsn;         /* position of this frame */
+    uint64_t seq;         /* batch sequence number (PAD: the next batch's) */
+    uint64_t generation;  /* pool generation (bumped at every open) */
+    uint32_t n_entries;
+    uint32_t payload_crc; /* CRC-32C of the entries */
+    uint64_t frame_bytes; /* header + entries, rounded up to 64 */
+    uint8_t reserved[12];
+    uint32_t header_crc;  /* CRC-32C of the 60 bytes before it */
+} log_frame;
+
+typedef struct log_entry {
+    uint64_t addr;  /* 32-byte aligned virtual address of the block */
+    uint32_t mask;  /* bit i: byte i of the block was written by the batch */
+    uint32_t reserved;
+    uint8_t data[LOG_BLOCK_SIZE];
+} log_entry;
+
+_Static_assert(sizeof(log_frame) == 64, "frame header is one cache line");
+_Static_assert(sizeof(log_entry) == 48, "entry size");
+
+typedef struct redo_log {
+    pool *pool;
+    char *ring;
+    uint64_t cap;
+    /* frontend (combiner) state */
+    uint64_t tail_lsn;
+    uint64_t next_seq;
+    uint64_t generation;
+    /* published by the frontend after each commit's sync; consumed by the backend */
+    _Atomic uint64_t committed_lsn;
+    /* published by the backend: log space below this may be reused */
+    _Atomic uint64_t reusable_lsn;
+    pthread_mutex_t mu;
+    pthread_cond_t space_cv;
+    _Atomic unsigned space_waiters;
+    uint64_t full_waits;
+    /* called (without l->mu held) when the combiner starts waiting for space */
+    void (*kick)(void *arg);
+    void *kick_arg;
+} redo_log;
+
+/* An open frame being filled by the combiner. */
+typedef struct log_frame_writer {
+    log_frame *hdr;
+    log_entry *entries;
+    uint32_t capacity;
+    uint32_t n;
+    uint64_t lsn;
+    uint64_t bytes;
+} log_frame_writer;
+
+void redo_log_init(redo_log *l, pool *p, uint64_t tail_lsn, uint64_t next_seq, uint64_t generation,
+                   uint64_t reusable_lsn);
+void redo_log_destroy(redo_log *l);
+
+/* Largest batch (in blocks) a frame can hold in this log. */
+uint32_t redo_log_max_entries(const redo_log *l);
+
+/* Reserve a frame for n entries, waiting for the backend if the log is full. */
+int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w);
+/* Append one block: copies 32 bytes from block_addr. */
+static inline void redo_log_put(log_frame_writer *w, uintptr_t block_addr, uint32_t mask)
+{
+    log_entry *e = &w->entries[w->n++];
+    e->addr = block_addr;
+    e->mask = mask;
+    e->reserved = 0;
+    __builtin_memcpy(e->data, (const void *)block_addr, LOG_BLOCK_SIZE);
+}
+/* Seal, flush and sync the frame; publish it to the backend. */
+int redo_log_commit(redo_log *l, log_frame_writer *w);
+
+/* Backend: space up to lsn may be reused (called after the head is durable). */
+void redo_log_release(redo_log *l, uint64_t lsn);
+
+/* ---- scanning (backend and recovery) ---- */
+typedef int (*log_frame_visitor)(void *arg, const log_frame *f, const log_entry *entries);
+
+typedef struct log_scan_result {
+    uint64_t end_lsn;    /* first position after the last committed frame */
+    uint64_t next_seq;
+    uint64_t frames;
+    uint64_t entries;
+    bool torn_tail;      /* an incomplete last frame was found (and ignored) */
+    uint64_t torn_lsn;
+    char torn_reason[96];
+} log_scan_result;
+
+/* Visit committed frames from from_lsn (sequence from_seq) until limit_lsn or
+ * the first invalid frame. Returns 0, a visitor's non-zero return, or
+ * MANGO_EBADPOOL when an invalid frame is followed by a valid one. */
+int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
+                  uint64_t generation, uint64_t limit_lsn, log_frame_visitor visit, void *arg,
+                  log_scan_result *out);
+
+#endif

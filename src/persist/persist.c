@@ -1,0 +1,165 @@
+/* persist.c -- flush, fence and sync for each persistence mode (see persist.h). */
+#include "persist/persist.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static persist_observer_fn observer;
+static _Atomic uint64_t sync_count;
+
+#define LINE 64u
+
+const char *persist_mode_name(persist_mode m)
+{
+    switch (m) {
+    case PERSIST_EMULATED: return "emulated";
+    case PERSIST_FS: return "fs";
+    case PERSIST_PMEM: return "pmem";
+    case PERSIST_NONE: return "none";
+    case PERSIST_SIM: return "sim";
+    }
+    return "?";
+}
+
+void persist_set_observer(persist_observer_fn fn) { observer = fn; }
+
+uint64_t persist_sync_count(void) { return atomic_load_explicit(&sync_count, memory_order_relaxed); }
+
+void persist_note_store(const void *addr, size_t len, const char *where)
+{
+    if (observer)
+        observer(PERSIST_EV_STORE, addr, len, where);
+}
+
+static void ranges_add(persist_ranges *r, uintptr_t lo, uintptr_t hi)
+{
+    for (unsigned i = 0; i < r->n; i++) {
+        if (lo <= r->hi[i] && hi >= r->lo[i]) { /* overlaps or touches */
+            if (lo < r->lo[i]) r->lo[i] = lo;
+            if (hi > r->hi[i]) r->hi[i] = hi;
+            return;
+        }
+    }
+    if (r->n < PERSIST_MAX_RANGES) {
+        r->lo[r->n] = lo;
+        r->hi[r->n] = hi;
+        r->n++;
+        return;
+    }
+    /* Full: widen the last range to cover the new one (msync of clean pages is cheap). */
+    unsigned k = r->n - 1;
+    if (lo < r->lo[k]) r->lo[k] = lo;
+    if (hi > r->hi[k]) r->hi[k] = hi;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("clwb"))) static void flush_lines_clwb(uintptr_t a, uintptr_t end)
+{
+    for (; a < end; a += LINE)
+        __builtin_ia32_clwb((void *)a);
+}
+__attribute__((target("clflushopt"))) static void flush_lines_clflushopt(uintptr_t a, uintptr_t end)
+{
+    for (; a < end; a += LINE)
+        __builtin_ia32_clflushopt((void *)a);
+}
+static void flush_lines_clflush(uintptr_t a, uintptr_t end)
+{
+    for (; a < end; a += LINE)
+        __builtin_ia32_clflush((void *)a);
+}
+static void (*flush_lines)(uintptr_t, uintptr_t);
+
+static void pick_flush(void)
+{
+    __builtin_cpu_init();
+    unsigned a, b, c, d;
+    __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    if (b & (1u << 24))
+        flush_lines = flush_lines_clwb;
+    else if (b & (1u << 23))
+        flush_lines = flush_lines_clflushopt;
+    else
+        flush_lines = flush_lines_clflush;
+}
+#endif
+
+void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_t len,
+                   const char *where)
+{
+    if (len == 0)
+        return;
+    uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+    if (observer)
+        observer(PERSIST_EV_FLUSH, addr, len, where);
+    switch (d->mode) {
+    case PERSIST_PMEM:
+#if defined(__x86_64__)
+        if (!flush_lines)
+            pick_flush();
+        flush_lines(lo & ~(uintptr_t)(LINE - 1), hi);
+#endif
+        break;
+    case PERSIST_FS: {
+        long pg = sysconf(_SC_PAGESIZE);
+        ranges_add(r, lo & ~(uintptr_t)(pg - 1), (hi + pg - 1) & ~(uintptr_t)(pg - 1));
+        break;
+    }
+    case PERSIST_SIM:
+        ranges_add(r, lo & ~(uintptr_t)(LINE - 1), (hi + LINE - 1) & ~(uintptr_t)(LINE - 1));
+        break;
+    default:
+        break;
+    }
+}
+
+void persist_fence(persist_domain *d, const char *where)
+{
+    if (observer)
+        observer(PERSIST_EV_FENCE, NULL, 0, where);
+    if (d->mode == PERSIST_PMEM)
+        __builtin_ia32_sfence();
+    else
+        atomic_thread_fence(memory_order_seq_cst);
+}
+
+int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
+{
+    int rc = 0;
+    atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed);
+    if (d->mode == PERSIST_FS) {
+        for (unsigned i = 0; i < r->n && rc == 0; i++)
+            if (msync((void *)r->lo[i], r->hi[i] - r->lo[i], MS_SYNC) != 0)
+                rc = -errno;
+    } else if (d->mode == PERSIST_SIM) {
+        for (unsigned i = 0; i < r->n && rc == 0; i++) {
+            size_t len = r->hi[i] - r->lo[i];
+            off_t off = (off_t)(r->lo[i] - (uintptr_t)d->base);
+            const char *src = (const char *)r->lo[i];
+            while (len > 0) {
+                ssize_t w = pwrite(d->fd, src, len, off);
+                if (w < 0) {
+                    if (errno == EINTR)
+                        continue;
+                    rc = -errno;
+                    break;
+                }
+                src += w;
+                off += w;
+                len -= (size_t)w;
+            }
+        }
+    } else if (d->mode == PERSIST_PMEM) {
+        __builtin_ia32_sfence();
+    } else {
+        atomic_thread_fence(memory_order_seq_cst);
+    }
+    r->n = 0;
+    if (rc != 0)
+        d->failed = true; /* fsyncgate: never retry as if the data were safe */
+    if (observer)
+        observer(PERSIST_EV_SYNC, NULL, 0, where);
+    return rc;
+}

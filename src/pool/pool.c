@@ -1,0 +1,341 @@
+/* pool.c -- pool creation, validation, locking and mapping (see pool.h). */
+#define _GNU_SOURCE
+#include "pool/pool.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <linux/magic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pool/crc32c.h"
+#include "runtime/error.h"
+
+#ifndef MAP_SHARED_VALIDATE
+#define MAP_SHARED_VALIDATE 0x03
+#endif
+#ifndef MAP_SYNC
+#define MAP_SYNC 0x80000
+#endif
+
+#define PAGE 4096u
+static uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+static uint32_t header_crc(const pool_header *h)
+{
+    return crc32c(0, h, offsetof(pool_header, header_crc));
+}
+
+static uint32_t slot_crc(const pool_head_slot *s)
+{
+    return crc32c(0, s, offsetof(pool_head_slot, crc));
+}
+
+persist_mode pool_detect_mode(int fd, size_t size)
+{
+    struct statfs sfs;
+    if (fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC)
+        return PERSIST_EMULATED;
+    void *m = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED_VALIDATE | MAP_SYNC, fd, 0);
+    if (m != MAP_FAILED) {
+        munmap(m, size);
+        return PERSIST_PMEM;
+    }
+    return PERSIST_FS;
+}
+
+int pool_create(const char *path, const pool_create_params *pp)
+{
+    if (access(path, F_OK) == 0)
+        return mango_error(MANGO_EEXIST, "pool %s already exists", path);
+    if (pp->log_size < 64 * 1024 || pp->log_size % 4096)
+        return mango_error(MANGO_EINVAL, "log size %zu: must be a multiple of 4096 and at least 64 KiB",
+                           pp->log_size);
+    /* Lay out the regions. */
+    pool_region regs[POOL_MAX_REGIONS];
+    memset(regs, 0, sizeof regs);
+    uint64_t off = align_up(POOL_REGIONS_OFFSET + PAGE, 65536);
+    uint64_t log_offset = off;
+    off = align_up(off + pp->log_size, PAGE);
+    unsigned n = 0;
+    for (unsigned i = 0; i < pp->n_data; i++, n++) {
+        regs[n].kind = POOL_REGION_DATA;
+        regs[n].vaddr = pp->data_vaddr[i];
+        regs[n].size = pp->data_size[i];
+        regs[n].mirror_offset = off;
+        off = align_up(off + regs[n].size, PAGE);
+        regs[n].bitmap_offset = off;
+        off = align_up(off + (regs[n].size + 7) / 8, PAGE);
+    }
+    if (off + 16 * PAGE > pp->pool_size)
+        return mango_error(MANGO_EINVAL,
+                           "pool size %zu too small: log and data regions need %llu bytes plus a heap",
+                           pp->pool_size, (unsigned long long)off);
+    regs[n].kind = POOL_REGION_HEAP;
+    regs[n].vaddr = pp->heap_base;
+    regs[n].mirror_offset = off;
+    regs[n].size = (pp->pool_size - off) & ~(uint64_t)(PAGE - 1);
+    uint64_t pool_size = off + regs[n].size;
+    n++;
+
+    char tmp[4096];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
+        return mango_error(MANGO_EINVAL, "pool path too long");
+    int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot create %s: %s", tmp,
+                           strerror(errno));
+    int rc = MANGO_OK;
+    /* Reserve the blocks up front on real file systems (ENOSPC now, not as a
+     * SIGBUS later); on tmpfs stay sparse so unused heap costs no memory. */
+    struct statfs sfs;
+    bool tmpfs = fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
+    int err = tmpfs ? EOPNOTSUPP : posix_fallocate(fd, 0, (off_t)pool_size);
+    if (err == EOPNOTSUPP || err == EINVAL)
+        err = ftruncate(fd, (off_t)pool_size) ? errno : 0;
+    if (err) {
+        rc = mango_error(MANGO_EIO, "cannot size pool %s to %llu bytes: %s", tmp,
+                         (unsigned long long)pool_size, strerror(err));
+        goto fail;
+    }
+    char *base = mmap(NULL, pool_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (base == MAP_FAILED) {
+        rc = mango_error(MANGO_EIO, "cannot map %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    memcpy(base + POOL_REGIONS_OFFSET, regs, sizeof(pool_region) * n);
+    pool_head_slot *slots = (pool_head_slot *)(base + POOL_HEAD_OFFSET);
+    memset(slots, 0, 2 * sizeof *slots);
+    slots[0].advance = 1;
+    slots[0].next_seq = 1;
+    slots[0].clean = 1;
+    slots[0].crc = slot_crc(&slots[0]);
+    slots[1] = slots[0];
+    slots[1].advance = 0;
+    slots[1].crc = slot_crc(&slots[1]);
+
+    pool_header *h = (pool_header *)base;
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, POOL_MAGIC, 8);
+    h->version = POOL_FORMAT_VERSION;
+    h->header_size = sizeof *h;
+    h->pool_size = pool_size;
+    h->created_mode = pp->mode;
+    h->region_count = n;
+    h->log_offset = log_offset;
+    h->log_size = pp->log_size;
+    h->heap_base = pp->heap_base;
+    h->heap_capacity = regs[n - 1].size;
+    h->create_time = (uint64_t)time(NULL);
+    h->fingerprint = pp->fingerprint;
+    h->region_table_crc = crc32c(0, regs, sizeof(pool_region) * n);
+    snprintf(h->fingerprint_text, sizeof h->fingerprint_text, "%s", pp->fingerprint_text);
+    h->header_crc = header_crc(h);
+
+    if (msync(base, pool_size, MS_SYNC) != 0 || fsync(fd) != 0) {
+        rc = mango_error(MANGO_EIO, "cannot sync new pool %s: %s", tmp, strerror(errno));
+        munmap(base, pool_size);
+        goto fail;
+    }
+    munmap(base, pool_size);
+    if (rename(tmp, path) != 0) {
+        rc = mango_error(MANGO_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    char dirbuf[4096];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    return MANGO_OK;
+fail:
+    close(fd);
+    unlink(tmp);
+    return rc;
+}
+
+/* Validate the bytes of a mapped pool; fills p's copies. Writes nothing. */
+static int validate(pool *p, const char *path, size_t file_size)
+{
+    if (file_size < POOL_REGIONS_OFFSET + PAGE)
+        return mango_error(MANGO_EBADPOOL, "%s: not a Mangosteen pool (only %zu bytes)", path, file_size);
+    const pool_header *h = (const pool_header *)p->base;
+    if (memcmp(h->magic, POOL_MAGIC, 8) != 0)
+        return mango_error(MANGO_EBADPOOL, "%s: not a Mangosteen pool (bad magic)", path);
+    if (h->version != POOL_FORMAT_VERSION)
+        return mango_error(MANGO_EBADPOOL,
+                           "%s: pool format version %u, this build reads version %u only", path,
+                           h->version, POOL_FORMAT_VERSION);
+    if (h->header_size != sizeof(pool_header) || h->header_crc != header_crc(h))
+        return mango_error(MANGO_EBADPOOL, "%s: pool header checksum mismatch (corrupt header)", path);
+    if (h->pool_size != file_size)
+        return mango_error(MANGO_EBADPOOL, "%s: file is %zu bytes but the pool is %llu (truncated?)",
+                           path, file_size, (unsigned long long)h->pool_size);
+    if (h->region_count == 0 || h->region_count > POOL_MAX_REGIONS)
+        return mango_error(MANGO_EBADPOOL, "%s: bad region count %u", path, h->region_count);
+    const pool_region *regs = (const pool_region *)(p->base + POOL_REGIONS_OFFSET);
+    if (crc32c(0, regs, sizeof(pool_region) * h->region_count) != h->region_table_crc)
+        return mango_error(MANGO_EBADPOOL, "%s: region table checksum mismatch", path);
+    if (h->log_offset % PAGE || h->log_size % 4096 || h->log_offset + h->log_size > file_size)
+        return mango_error(MANGO_EBADPOOL, "%s: log outside the pool", path);
+    for (unsigned i = 0; i < h->region_count; i++) {
+        const pool_region *r = &regs[i];
+        uint64_t end = r->mirror_offset + r->size;
+        if ((r->kind != POOL_REGION_HEAP && r->kind != POOL_REGION_DATA) || end > file_size ||
+            end < r->mirror_offset || r->vaddr % 32 || r->size % 32 ||
+            (r->kind == POOL_REGION_DATA && r->bitmap_offset + (r->size + 7) / 8 > file_size))
+            return mango_error(MANGO_EBADPOOL, "%s: region %u is malformed", path, i);
+        p->regions[i] = *r;
+    }
+    p->nregions = h->region_count;
+    const pool_head_slot *s = (const pool_head_slot *)(p->base + POOL_HEAD_OFFSET);
+    bool ok0 = s[0].crc == slot_crc(&s[0]), ok1 = s[1].crc == slot_crc(&s[1]);
+    if (!ok0 && !ok1)
+        return mango_error(MANGO_EBADPOOL, "%s: both log head slots are corrupt", path);
+    unsigned newest = (ok0 && (!ok1 || s[0].advance > s[1].advance)) ? 0 : 1;
+    p->head = s[newest];
+    p->head_slot = newest;
+    p->slot_damaged = !(ok0 && ok1);
+    p->older_head_lsn = p->slot_damaged ? s[newest].head_lsn : s[1 - newest].head_lsn;
+    p->hdr = h;
+    p->slots = (pool_head_slot *)(p->base + POOL_HEAD_OFFSET);
+    return MANGO_OK;
+}
+
+int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
+{
+    memset(p, 0, sizeof *p);
+    p->fd = -1;
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    if (fd < 0)
+        return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",
+                           path, strerror(errno));
+    if (flock(fd, (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return mango_error(MANGO_EBUSY, "pool %s is in use by another process", path);
+        return mango_error(MANGO_EIO, "cannot lock pool %s: %s", path, strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return mango_error(MANGO_EIO, "cannot stat %s: %s", path, strerror(errno));
+    }
+    size_t size = (size_t)st.st_size;
+    if (size < POOL_REGIONS_OFFSET + PAGE) {
+        close(fd);
+        return mango_error(MANGO_EBADPOOL, "%s: not a Mangosteen pool (only %zu bytes)", path, size);
+    }
+    /* Validate through a read-only mapping: a bad pool is never written. */
+    p->base = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p->base == MAP_FAILED) {
+        close(fd);
+        return mango_error(MANGO_EIO, "cannot map %s: %s", path, strerror(errno));
+    }
+    p->size = size;
+    int rc = validate(p, path, size);
+    if (rc != MANGO_OK || !writable) {
+        if (rc != MANGO_OK) {
+            munmap(p->base, size);
+            close(fd);
+            return rc;
+        }
+        p->fd = fd;
+        p->pd = (persist_domain){.mode = PERSIST_NONE, .base = p->base, .len = size, .fd = fd};
+        return MANGO_OK;
+    }
+    munmap(p->base, size);
+    if (mode == 0)
+        mode = pool_detect_mode(fd, size);
+    int flags = MAP_SHARED;
+    if (mode == PERSIST_SIM)
+        flags = MAP_PRIVATE;
+    if (mode == PERSIST_PMEM)
+        flags = MAP_SHARED_VALIDATE | MAP_SYNC;
+    p->base = mmap(NULL, size, PROT_READ | PROT_WRITE, flags, fd, 0);
+    if (p->base == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        if (mode == PERSIST_PMEM && (e == EOPNOTSUPP || e == EINVAL))
+            return mango_error(MANGO_EINVAL,
+                               "pmem mode needs a DAX file system (MAP_SYNC not supported for %s); "
+                               "use mode fs or emulated", path);
+        return mango_error(MANGO_EIO, "cannot map %s: %s", path, strerror(e));
+    }
+    rc = validate(p, path, size); /* the same bytes; re-point the pointers */
+    if (rc != MANGO_OK) {
+        munmap(p->base, size);
+        close(fd);
+        return rc;
+    }
+    p->fd = fd;
+    p->writable = true;
+    p->pd = (persist_domain){.mode = mode, .base = p->base, .len = size, .fd = fd};
+    return MANGO_OK;
+}
+
+void pool_close(pool *p)
+{
+    if (p->base && p->base != MAP_FAILED)
+        munmap(p->base, p->size);
+    if (p->fd >= 0)
+        close(p->fd); /* releases the flock */
+    p->base = NULL;
+    p->fd = -1;
+}
+
+int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text)
+{
+    if (p->hdr->fingerprint == fingerprint)
+        return MANGO_OK;
+    return mango_error(MANGO_ELAYOUT,
+                       "pool was written by a process with a different layout (fingerprint %016llx, "
+                       "this process %016llx); the pool is left unchanged.\n  pool:    %.600s\n  "
+                       "process: %.600s",
+                       (unsigned long long)p->hdr->fingerprint, (unsigned long long)fingerprint,
+                       p->hdr->fingerprint_text, text);
+}
+
+int pool_write_head(pool *p, uint64_t head_lsn, uint64_t next_seq, uint64_t generation, bool clean)
+{
+    unsigned target = 1 - p->head_slot;
+    pool_head_slot s;
+    memset(&s, 0, sizeof s);
+    s.advance = p->head.advance + 1;
+    s.head_lsn = head_lsn;
+    s.next_seq = next_seq;
+    s.generation = generation;
+    s.clean = clean ? 1 : 0;
+    s.crc = slot_crc(&s);
+    memcpy(&p->slots[target], &s, sizeof s);
+    persist_note_store(&p->slots[target], sizeof s, "head.write");
+    persist_ranges r = {0};
+    persist_flush(&p->pd, &r, &p->slots[target], sizeof s, "head.flush");
+    int rc = persist_sync(&p->pd, &r, "head.sync");
+    if (rc != 0)
+        return mango_error(MANGO_EIO, "sync of the log head failed: %s", strerror(-rc));
+    p->older_head_lsn = p->head.head_lsn;
+    p->head = s;
+    p->head_slot = target;
+    return MANGO_OK;
+}
+
+const pool_region *pool_find_region(const pool *p, unsigned kind)
+{
+    for (unsigned i = 0; i < p->nregions; i++)
+        if (p->regions[i].kind == kind)
+            return &p->regions[i];
+    return NULL;
+}

@@ -1,0 +1,69 @@
+/* pool.h -- creating, validating, locking and mapping a pool file.
+ *
+ * Opening never writes: every check (size, magic, version, checksums, region
+ * table) runs on a read-only view first, so a bad pool is reported and left
+ * byte-for-byte unchanged. A writable open holds an exclusive flock for as long
+ * as the pool is open; a second process gets MANGO_EBUSY.
+ */
+#ifndef MANGO_POOL_H
+#define MANGO_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "persist/persist.h"
+#include "pool/pool_format.h"
+
+typedef struct pool {
+    int fd;
+    char *base;
+    size_t size;
+    persist_domain pd;
+    const pool_header *hdr; /* inside the mapping */
+    pool_head_slot *slots;  /* the two slots, inside the mapping */
+    pool_region regions[POOL_MAX_REGIONS];
+    unsigned nregions;
+    pool_head_slot head;    /* validated copy of the newest slot */
+    unsigned head_slot;     /* index of the newest slot */
+    uint64_t older_head_lsn;/* head_lsn of the other slot (log reuse limit) */
+    bool slot_damaged;      /* one slot failed its checksum (the other was used) */
+    bool writable;
+} pool;
+
+typedef struct pool_create_params {
+    size_t pool_size;
+    size_t log_size;
+    persist_mode mode;
+    uint64_t heap_base;
+    unsigned n_data;          /* executable data regions */
+    uint64_t data_vaddr[POOL_MAX_REGIONS - 1];
+    uint64_t data_size[POOL_MAX_REGIONS - 1];
+    uint64_t fingerprint;
+    const char *fingerprint_text;
+} pool_create_params;
+
+/* Create a new pool at path (fails with MANGO_EEXIST if it exists). Built in a
+ * temporary file and renamed into place, so a crash never leaves half a pool. */
+int pool_create(const char *path, const pool_create_params *params);
+
+/* Open and validate. mode AUTO (0) picks the mode from the file system.
+ * writable: lock exclusively and map read-write. */
+int pool_open(pool *p, const char *path, persist_mode mode, bool writable);
+void pool_close(pool *p);
+
+/* Check the pool was written by a process with this layout. */
+int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text);
+
+/* Persist a new head into the older slot (flush + sync), making it the newest. */
+int pool_write_head(pool *p, uint64_t head_lsn, uint64_t next_seq, uint64_t generation,
+                    bool clean);
+
+static inline char *pool_log(const pool *p) { return p->base + p->hdr->log_offset; }
+const pool_region *pool_find_region(const pool *p, unsigned kind);
+
+/* Choose the mode for a file: tmpfs -> emulated, DAX (MAP_SYNC works) -> pmem,
+ * else fs. */
+persist_mode pool_detect_mode(int fd, size_t size);
+
+#endif

@@ -1,0 +1,9 @@
+/* error.h -- error reporting: every internal failure becomes a MANGO_E* code
+ * plus a message in a thread-local buffer (mango_last_error()). Nothing in the
+ * library prints or exits. */
+#ifndef MANGO_ERROR_H
+#define MANGO_ERROR_H
+#include "mango.h"
+/* Record the message and return code (so: `return mango_error(MANGO_EINVAL, ...)`). */
+int mango_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+#endif

@@ -1,0 +1,384 @@
+/* runtime.c -- mango_init / mango_client_cmd / mango_shutdown: wires the pool,
+ * recovery, capture, redo log, backend and concurrency control together.
+ *
+ * A read-write batch (paper, Fig. 2 and 3):
+ *   batch_begin  capture on, allocations durable, deferred frees drained
+ *   process      the application's commands; stores land in the dedup set
+ *   batch_end    capture off; one frame with every captured block is written
+ *                to the log and synced once; the backend is nudged
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "alloc/durable_heap.h"
+#include "alloc/split_alloc.h"
+#include "backend/backend.h"
+#include "capture/capture.h"
+#include "concurrency/flat_combining.h"
+#include "log/redo_log.h"
+#include "mango.h"
+#include "pool/pool.h"
+#include "recovery/layout.h"
+#include "recovery/recovery.h"
+#include "runtime/error.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+typedef struct runtime {
+    bool up;
+    bool durable;
+    mango_callbacks cb;
+    mango_config cfg;
+    char pool_path[PATH_MAX];
+    pool pool;
+    redo_log log;
+    backend backend;
+    fc *fc;
+    dedup_set *set;
+    process_layout layout;
+    recovery_report recovery;
+    void *heap;
+    size_t heap_size;
+    _Atomic int failed; /* MANGO_E* after a fatal error: no more writes */
+    /* stats (written by the combiner only, read racily) */
+    uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs;
+} runtime;
+
+static runtime rt;
+
+void mango_config_default(mango_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->pool_size = 1ull << 30;
+    cfg->log_size = 64ull << 20;
+    cfg->mode = MANGO_PERSIST_AUTO;
+    cfg->max_threads = 64;
+    cfg->heap_base = 0x600000000000ull;
+    cfg->create_if_missing = true;
+}
+
+static persist_mode to_persist_mode(mango_persist_mode m)
+{
+    switch (m) {
+    case MANGO_PERSIST_EMULATED: return PERSIST_EMULATED;
+    case MANGO_PERSIST_FS: return PERSIST_FS;
+    case MANGO_PERSIST_PMEM: return PERSIST_PMEM;
+    case MANGO_PERSIST_NONE: return PERSIST_NONE;
+    case MANGO_PERSIST_SIM: return PERSIST_SIM;
+    default: return 0;
+    }
+}
+
+static int resolve_pool_path(const mango_config *cfg, char *out, size_t len)
+{
+    const char *p = cfg->pool_path;
+    if (!p || !*p)
+        p = getenv("MANGO_POOL");
+    if (p && *p) {
+        if ((size_t)snprintf(out, len, "%s", p) >= len)
+            return mango_error(MANGO_EINVAL, "pool path too long");
+        return MANGO_OK;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    exe[n > 0 ? n : 0] = 0;
+    const char *base = strrchr(exe, '/');
+    snprintf(out, len, "/dev/shm/mango-%s.pool", base ? base + 1 : "app");
+    return MANGO_OK;
+}
+
+/* ---- batch hooks ---- */
+
+static void put_block(void *arg, uintptr_t block, uint32_t mask)
+{
+    redo_log_put(arg, block, mask);
+}
+
+static int batch_begin(void *arg, unsigned n)
+{
+    int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
+    if (f)
+        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+    rt.rw_commands += n;
+    if (rt.durable) {
+        capture_begin(rt.set);
+        split_alloc_rw_thread = true;
+        split_alloc_drain_deferred();
+    }
+    return MANGO_OK;
+}
+
+static int fail(int rc)
+{
+    atomic_store(&rt.failed, rc);
+    return rc;
+}
+
+static int batch_end(void *arg)
+{
+    rt.batches++;
+    if (!rt.durable)
+        return MANGO_OK;
+    split_alloc_rw_thread = false;
+    capture_end();
+    uint64_t n = dedup_size(rt.set);
+    if (n == 0)
+        return MANGO_OK;
+    rt.overflow_blocks += rt.set->ovf_count;
+    if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
+        dedup_clear(rt.set);
+        return fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
+    }
+    log_frame_writer w;
+    int rc = redo_log_reserve(&rt.log, (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n), &w);
+    if (rc != MANGO_OK) {
+        dedup_clear(rt.set);
+        return fail(rc);
+    }
+    dedup_for_each(rt.set, put_block, &w);
+    dedup_clear(rt.set);
+    rc = redo_log_commit(&rt.log, &w);
+    if (rc != MANGO_OK)
+        return fail(rc);
+    rt.log_blocks += n;
+    rt.log_bytes += w.bytes;
+    rt.commit_syncs++;
+    backend_notify(&rt.backend);
+    return MANGO_OK;
+}
+
+typedef struct init_args {
+    bool fresh_heap;
+    int rc;
+} init_args;
+
+static void run_init_state(void *arg)
+{
+    init_args *a = arg;
+    if (a->fresh_heap) {
+        a->rc = dheap_attach(rt.heap, rt.heap_size, true, mango_capture);
+        if (a->rc != MANGO_OK)
+            return;
+    }
+    if (rt.cb.init_state)
+        rt.cb.init_state(rt.cb.init_state_arg);
+}
+
+static void capture_noop(const void *a, size_t n) { (void)a; (void)n; }
+
+/* ---- init ---- */
+
+static int open_durable(const mango_config *cfg, int *status)
+{
+    int rc = resolve_pool_path(cfg, rt.pool_path, sizeof rt.pool_path);
+    if (rc)
+        return rc;
+    rc = layout_read(&rt.layout, cfg->heap_base, 0);
+    if (rc)
+        return rc;
+    bool created = false;
+    if (access(rt.pool_path, F_OK) != 0) {
+        if (!cfg->create_if_missing)
+            return mango_error(MANGO_ENOENT, "pool %s does not exist", rt.pool_path);
+        pool_create_params pp = {
+            .pool_size = cfg->pool_size,
+            .log_size = cfg->log_size,
+            .mode = to_persist_mode(cfg->mode),
+            .heap_base = cfg->heap_base,
+            .n_data = rt.layout.n_data,
+            .fingerprint = rt.layout.fingerprint,
+            .fingerprint_text = rt.layout.text,
+        };
+        for (unsigned i = 0; i < rt.layout.n_data; i++) {
+            pp.data_vaddr[i] = rt.layout.data_lo[i];
+            pp.data_size[i] = rt.layout.data_hi[i] - rt.layout.data_lo[i];
+        }
+        rc = pool_create(rt.pool_path, &pp);
+        if (rc && rc != MANGO_EEXIST)
+            return rc;
+        created = rc == MANGO_OK;
+    }
+    rc = pool_open(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true);
+    if (rc)
+        return rc;
+    pool *p = &rt.pool;
+    rc = pool_check_fingerprint(p, rt.layout.fingerprint, rt.layout.text);
+    if (rc)
+        goto fail_pool;
+    if (p->hdr->heap_base != cfg->heap_base) {
+        rc = mango_error(MANGO_ELAYOUT, "pool's durable heap is at %#llx, configuration says %#llx",
+                         (unsigned long long)p->hdr->heap_base, (unsigned long long)cfg->heap_base);
+        goto fail_pool;
+    }
+    rt.heap_size = p->hdr->heap_capacity;
+    rt.heap = mmap((void *)(uintptr_t)cfg->heap_base, rt.heap_size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (rt.heap == MAP_FAILED || rt.heap != (void *)(uintptr_t)cfg->heap_base) {
+        if (rt.heap != MAP_FAILED)
+            munmap(rt.heap, rt.heap_size);
+        rt.heap = NULL;
+        rc = mango_error(MANGO_ENOMEM, "cannot reserve the durable heap at %#llx (%zu bytes): %s",
+                         (unsigned long long)cfg->heap_base, rt.heap_size, strerror(errno));
+        goto fail_pool;
+    }
+    /* Replay the log into the mirror (idempotent; a crash here is recovered again). */
+    uint64_t tail, seq, gen;
+    rc = recovery_replay(p, &rt.recovery, &tail, &seq, &gen);
+    if (rc)
+        goto fail_heap;
+    const pool_region *hr = pool_find_region(p, POOL_REGION_HEAP);
+    bool heap_valid = hr && dheap_extent_of_root((const dheap_root *)(p->base + hr->mirror_offset),
+                                                 hr->size) != 0;
+    if (heap_valid && !created) {
+        unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+        rc = recovery_restore(p, threads ? threads : 1, &rt.recovery);
+        if (rc)
+            goto fail_heap;
+        rc = dheap_attach(rt.heap, rt.heap_size, false, mango_capture);
+        if (rc)
+            goto fail_heap;
+        *status = MANGO_RECOVERED;
+    } else {
+        *status = MANGO_FRESH; /* new pool, or a crash before init_state committed */
+    }
+    uintptr_t lo[CAPTURE_MAX_RANGES], hi[CAPTURE_MAX_RANGES];
+    unsigned n = 0;
+    lo[n] = (uintptr_t)rt.heap;
+    hi[n++] = (uintptr_t)rt.heap + rt.heap_size;
+    for (unsigned i = 0; i < rt.layout.n_data && n < CAPTURE_MAX_RANGES; i++) {
+        lo[n] = rt.layout.data_lo[i];
+        hi[n++] = rt.layout.data_hi[i];
+    }
+    capture_set_ranges(n, lo, hi);
+    redo_log_init(&rt.log, p, tail, seq, gen, tail);
+    rc = backend_start(&rt.backend, p, &rt.log);
+    if (rc)
+        goto fail_heap;
+    return MANGO_OK;
+fail_heap:
+    munmap(rt.heap, rt.heap_size);
+    rt.heap = NULL;
+fail_pool:
+    pool_close(p);
+    return rc;
+}
+
+int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
+{
+    if (rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init called twice");
+    if (!cb || !cb->is_read_only || !cb->process_request)
+        return mango_error(MANGO_EINVAL, "callbacks is_read_only and process_request are required");
+    mango_config cfg;
+    mango_config_default(&cfg);
+    if (cfg_in) {
+        cfg = *cfg_in;
+        mango_config dflt;
+        mango_config_default(&dflt);
+        if (!cfg.pool_size) cfg.pool_size = dflt.pool_size;
+        if (!cfg.log_size) cfg.log_size = dflt.log_size;
+        if (!cfg.max_threads) cfg.max_threads = dflt.max_threads;
+        if (!cfg.heap_base) cfg.heap_base = dflt.heap_base;
+    }
+    if (cfg.heap_base % 4096)
+        return mango_error(MANGO_EINVAL, "heap_base %#lx is not page aligned", (unsigned long)cfg.heap_base);
+    if (cfg.mode > MANGO_PERSIST_SIM)
+        return mango_error(MANGO_EINVAL, "unknown persistence mode %d", (int)cfg.mode);
+    split_alloc_link_anchor();
+    memset(&rt, 0, sizeof rt);
+    rt.cb = *cb;
+    rt.cfg = cfg;
+    rt.durable = cfg.mode != MANGO_PERSIST_NONE;
+    int status = MANGO_FRESH;
+    if (rt.durable) {
+        rt.set = mmap(NULL, sizeof *rt.set, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (rt.set == MAP_FAILED)
+            return mango_error(MANGO_ENOMEM, "cannot allocate the dedup set");
+        dedup_init(rt.set);
+        int rc = open_durable(&cfg, &status);
+        if (rc) {
+            munmap(rt.set, sizeof *rt.set);
+            return rc;
+        }
+    }
+    fc_hooks hooks = {
+        .is_read_only = cb->is_read_only,
+        .process = cb->process_request,
+        .batch_begin = batch_begin,
+        .batch_end = batch_end,
+    };
+    int rc = fc_create(&rt.fc, cfg.max_threads, &hooks);
+    if (rc) {
+        if (rt.durable) {
+            backend_stop(&rt.backend, false);
+            pool_close(&rt.pool);
+        }
+        return rc;
+    }
+    rt.up = true;
+    if (status == MANGO_FRESH) {
+        init_args a = {.fresh_heap = rt.durable};
+        rc = fc_execute_exclusive(rt.fc, run_init_state, &a);
+        if (rc == MANGO_OK)
+            rc = a.rc;
+        if (rc) {
+            mango_shutdown();
+            return rc;
+        }
+    }
+    (void)capture_noop;
+    return status;
+}
+
+int mango_client_cmd(void *ctx)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
+    if (f)
+        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+    return fc_execute(rt.fc, ctx);
+}
+
+int mango_shutdown(void)
+{
+    if (!rt.up)
+        return MANGO_OK;
+    rt.up = false;
+    int rc = MANGO_OK;
+    fc_destroy(rt.fc);
+    rt.fc = NULL;
+    if (rt.durable) {
+        rc = backend_stop(&rt.backend, atomic_load(&rt.failed) == 0);
+        redo_log_destroy(&rt.log);
+        pool_close(&rt.pool);
+        dedup_destroy(rt.set);
+        munmap(rt.set, sizeof *rt.set);
+        rt.set = NULL;
+        /* The heap stays mapped and attached: the application may still read
+         * and free its objects; nothing is logged any more. */
+    }
+    return rc;
+}
+
+void mango_get_stats(mango_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->batches = rt.batches;
+    out->rw_commands = rt.rw_commands;
+    out->log_blocks = rt.log_blocks;
+    out->log_bytes = rt.log_bytes;
+    out->overflow_blocks = rt.overflow_blocks;
+    out->log_full_waits = rt.log.full_waits;
+    out->frontend_syncs = rt.commit_syncs;
+    out->backend_syncs = rt.backend.syncs;
+}

@@ -1,0 +1,618 @@
+/* test_durable_heap.c -- the durable allocator on its own.
+ *
+ * The capture callback plays the runtime: it copies every reported range into
+ * a "mirror" (what replaying the redo log would rebuild) and, in the precise
+ * phase, marks a shadow bitmap. The test reports its own payload writes the
+ * same way, as an application's instrumentation would.
+ *
+ *  1. API basics and edge cases (realloc/calloc/memalign/usable_size).
+ *  2. Precise capture: per operation, snapshot the heap, run the op, diff;
+ *     every changed byte must have been reported.
+ *  3. Workload: 100k random malloc/calloc/memalign/realloc/free, 1 B..1 MiB,
+ *     with pattern-checked payloads, an overlap check on every allocation,
+ *     periodic dheap_check() and heap == mirror comparisons; three simulated
+ *     crashes restore [base, base+top) from the mirror into a fresh mapping at
+ *     the same address, re-attach and carry on.
+ *  4. Exhaustion: ENOMEM, reuse after free, top given back after large frees.
+ *  5. Programming errors (double free, foreign pointer) abort, in a child.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "alloc/durable_heap.h"
+
+static int passed, failed;
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (cond) {                                                              \
+            passed++;                                                            \
+        } else {                                                                 \
+            failed++;                                                            \
+            if (failed < 20)                                                     \
+                fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+        }                                                                        \
+    } while (0)
+/* For checks inside hot loops: count a pass only once per call site. */
+#define REQUIRE(cond)                                                            \
+    do {                                                                         \
+        if (!(cond)) {                                                           \
+            failed++;                                                            \
+            if (failed < 20)                                                     \
+                fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
+        }                                                                        \
+    } while (0)
+
+/* ---- the fake runtime --------------------------------------------------- */
+
+static char *g_lo, *g_hi;   /* attached range */
+static char *g_mirror;      /* log-replay image of the range, or NULL */
+static uint8_t *g_bits;     /* precise phase: one bit per byte of the range */
+static unsigned long g_bad_captures;
+
+static void set_bits(size_t off, size_t len)
+{
+    while (len && (off & 7)) {
+        g_bits[off >> 3] |= (uint8_t)(1u << (off & 7));
+        off++, len--;
+    }
+    memset(g_bits + (off >> 3), 0xff, len >> 3);
+    off += len & ~(size_t)7;
+    len &= 7;
+    while (len) {
+        g_bits[off >> 3] |= (uint8_t)(1u << (off & 7));
+        off++, len--;
+    }
+}
+
+static void capture(const void *addr, size_t len)
+{
+    const char *p = addr;
+    if (len == 0 || p < g_lo || p > g_hi || len > (size_t)(g_hi - p)) {
+        g_bad_captures++;
+        return;
+    }
+    size_t off = (size_t)(p - g_lo);
+    if (g_mirror)
+        memcpy(g_mirror + off, p, len);
+    if (g_bits)
+        set_bits(off, len);
+}
+
+static void *map_range(void *at, size_t len)
+{
+    int fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (at ? MAP_FIXED : 0);
+    void *p = mmap(at, len, PROT_READ | PROT_WRITE, fl, -1, 0);
+    if (p == MAP_FAILED) {
+        perror("mmap");
+        exit(2);
+    }
+    return p;
+}
+
+static uint64_t heap_top(void) { return ((dheap_root *)g_lo)->top; }
+
+/* ---- payload patterns and the object table ------------------------------ */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+static uint64_t rnd(void)
+{
+    uint64_t x = rng_state;
+    x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+    rng_state = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+typedef struct obj {
+    char *p;
+    size_t n;
+    uint64_t v; /* pattern seed */
+    size_t align;
+    int zero; /* calloc'd and not written since: all bytes must be 0 */
+} obj;
+
+/* Byte j of an object holds byte j%8 of the word (v + j/8). */
+static void fill_from(obj *o, size_t from)
+{
+    size_t j = from;
+    for (; j < o->n && (j & 7); j++)
+        o->p[j] = (char)((o->v + j / 8) >> (8 * (j & 7)));
+    uint64_t *w = (uint64_t *)o->p;
+    for (; j + 8 <= o->n; j += 8)
+        w[j / 8] = o->v + j / 8;
+    for (; j < o->n; j++)
+        o->p[j] = (char)((o->v + j / 8) >> (8 * (j & 7)));
+    if (o->n > from)
+        capture(o->p + from, o->n - from); /* the application reports its own stores */
+}
+
+static void fill(obj *o, uint64_t v)
+{
+    o->v = v;
+    o->zero = 0;
+    fill_from(o, 0);
+}
+
+/* Check the first len bytes hold o's pattern. */
+static int pattern_ok(const obj *o, size_t len)
+{
+    if (o->zero) {
+        for (size_t i = 0; i < len; i++)
+            if (o->p[i])
+                return 0;
+        return 1;
+    }
+    const uint64_t *w = (const uint64_t *)o->p;
+    size_t nw = len / 8;
+    for (size_t i = 0; i < nw; i++)
+        if (w[i] != o->v + i)
+            return 0;
+    uint64_t t = o->v + nw;
+    return memcmp(o->p + nw * 8, &t, len - nw * 8) == 0;
+}
+
+static size_t rand_size(size_t max)
+{
+    unsigned r = (unsigned)(rnd() % 100);
+    size_t n;
+    if (r < 70)
+        n = 1 + rnd() % 256;
+    else if (r < 90)
+        n = 1 + rnd() % 32768;
+    else if (r < 99)
+        n = 32769 + rnd() % (256 * 1024);
+    else
+        n = 1 + rnd() % (1024 * 1024);
+    return n > max ? 1 + n % max : n;
+}
+
+static int overlaps_any(const obj *tab, size_t nslots, size_t self, const char *p, size_t n)
+{
+    for (size_t i = 0; i < nslots; i++)
+        if (i != self && tab[i].p && p < tab[i].p + tab[i].n && tab[i].p < p + n)
+            return 1;
+    return 0;
+}
+
+/* One random operation on slot s. Returns 0 if an allocation failed. */
+static int random_op(obj *tab, size_t nslots, size_t s, size_t maxsz)
+{
+    obj *o = &tab[s];
+    if (!o->p) {
+        size_t n = rand_size(maxsz);
+        unsigned k = (unsigned)(rnd() % 10);
+        size_t align = 16;
+        char *p;
+        if (k < 6) {
+            p = dheap_malloc(n);
+        } else if (k < 8) {
+            p = dheap_calloc(1, n);
+        } else {
+            align = (size_t)1 << (5 + rnd() % 8); /* 32 .. 4096 */
+            if (rnd() % 50 == 0)
+                align = 65536;
+            p = dheap_memalign(align, n);
+        }
+        if (!p)
+            return 0;
+        REQUIRE(((uintptr_t)p & (align - 1)) == 0);
+        REQUIRE(dheap_contains(p) && dheap_contains(p + n - 1));
+        REQUIRE(dheap_usable_size(p) >= n);
+        REQUIRE(!overlaps_any(tab, nslots, s, p, n));
+        o->p = p;
+        o->n = n;
+        o->align = align;
+        if (k >= 6 && k < 8) {
+            /* Leave calloc'd memory as is, so the allocator's own capture
+             * of the zeroing is what the checks see. */
+            o->zero = 1;
+        } else {
+            fill(o, rnd());
+        }
+        return 1;
+    }
+    REQUIRE(pattern_ok(o, o->n));
+    if (rnd() % 10 < 6) {
+        dheap_free(o->p);
+        o->p = NULL;
+        return 1;
+    }
+    size_t n = rand_size(maxsz);
+    char *q = dheap_realloc(o->p, n);
+    if (!q)
+        return 0; /* the old block is untouched */
+    REQUIRE(!overlaps_any(tab, nslots, s, q, n));
+    o->p = q;
+    size_t keep = n < o->n ? n : o->n;
+    REQUIRE(pattern_ok(o, keep));
+    REQUIRE(dheap_usable_size(q) >= n);
+    o->n = n;
+    o->align = 16;
+    /* Only the grown part is written here: the prefix is realloc's copy,
+     * which the allocator itself must have reported. */
+    if (o->zero)
+        fill(o, rnd());
+    else
+        fill_from(o, keep);
+    return 1;
+}
+
+/* ---- 1. basics ----------------------------------------------------------- */
+
+static void test_basics(void)
+{
+    size_t cap = 16 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_malloc(10) == NULL); /* not attached */
+    CHECK(!dheap_contains(base));
+    CHECK(dheap_attach(base + 1, cap, true, capture) != 0);
+    CHECK(dheap_attach(base, cap, false, capture) != 0); /* no valid root yet */
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    CHECK(dheap_contains(base) && dheap_contains(base + cap - 1) && !dheap_contains(base + cap));
+    CHECK(dheap_check() == 0);
+    CHECK(dheap_extent_of_root((dheap_root *)base, cap) == heap_top());
+    CHECK(dheap_extent_of_root((dheap_root *)base, cap * 2) == 0);
+
+    char *a = dheap_malloc(0);
+    CHECK(a && ((uintptr_t)a & 15) == 0 && dheap_usable_size(a) >= 1);
+    char *b = dheap_malloc(100);
+    CHECK(b && dheap_usable_size(b) >= 100);
+    memset(b, 'x', 100);
+    char *c = dheap_realloc(b, 5000);
+    CHECK(c && c[0] == 'x' && c[99] == 'x');
+    char *d = dheap_realloc(c, 40);
+    CHECK(d && d[0] == 'x' && d[39] == 'x');
+    CHECK(dheap_realloc(d, 0) == NULL);
+    char *e = dheap_realloc(NULL, 77);
+    CHECK(e != NULL);
+    uint32_t *z = dheap_calloc(1000, sizeof *z);
+    int allz = z != NULL;
+    for (int i = 0; z && i < 1000; i++)
+        allz &= z[i] == 0;
+    CHECK(allz);
+    errno = 0;
+    CHECK(dheap_calloc(SIZE_MAX / 2, 4) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(dheap_malloc(SIZE_MAX) == NULL && errno == ENOMEM);
+    for (size_t al = 32; al <= (1u << 20); al <<= 1) {
+        char *m = dheap_memalign(al, 24);
+        CHECK(m && ((uintptr_t)m & (al - 1)) == 0 && dheap_usable_size(m) >= 24);
+        memset(m, 1, 24);
+        char *m2 = dheap_realloc(m, 100000);
+        CHECK(m2 && m2[23] == 1);
+        dheap_free(m2);
+    }
+    char *odd = dheap_memalign(48, 10); /* rounded up to 64 */
+    CHECK(odd && ((uintptr_t)odd & 63) == 0);
+    dheap_free(odd);
+    /* A large block freed and reallocated comes back (first fit). */
+    char *big = dheap_malloc(300000);
+    char *guard = dheap_malloc(16);
+    dheap_free(big);
+    char *big2 = dheap_malloc(200000);
+    CHECK(big2 == big);
+    dheap_free(big2);
+    dheap_free(guard);
+    dheap_free(a);
+    dheap_free(e);
+    dheap_free(z);
+    CHECK(dheap_check() == 0);
+    CHECK(((dheap_root *)base)->allocated == 0);
+    dheap_detach();
+    CHECK(!dheap_contains(base));
+    munmap(base, cap);
+}
+
+/* ---- 2. precise per-operation capture check ---------------------------- */
+
+static void test_precise_capture(void)
+{
+    size_t cap = 8 << 20;
+    char *base = map_range(NULL, cap);
+    char *snap = map_range(NULL, cap);
+    g_bits = map_range(NULL, cap / 8);
+    g_lo = base, g_hi = base + cap;
+    g_mirror = NULL;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+
+    enum { NS = 64, OPS = 3000 };
+    static obj tab[NS];
+    unsigned long missed = 0, changed = 0, failed_ops = 0;
+    for (int i = 0; i < OPS; i++) {
+        size_t top0 = heap_top();
+        size_t len = top0 + (512 << 10);
+        if (len > cap)
+            len = cap;
+        memcpy(snap, base, len);
+        memset(g_bits, 0, len / 8 + 1);
+        if (!random_op(tab, NS, rnd() % NS, 200000))
+            failed_ops++;
+        size_t top1 = heap_top();
+        size_t end = top0 > top1 ? top0 : top1;
+        REQUIRE(end <= len);
+        for (size_t off = 0; off < end; off += 64) {
+            size_t n = end - off < 64 ? end - off : 64;
+            if (memcmp(snap + off, base + off, n) == 0)
+                continue;
+            for (size_t j = off; j < off + n; j++) {
+                if (snap[j] == base[j])
+                    continue;
+                changed++;
+                if (!(g_bits[j >> 3] & (1u << (j & 7)))) {
+                    if (missed++ < 5)
+                        fprintf(stderr, "uncaptured change at offset %zu (op %d)\n", j, i);
+                }
+            }
+        }
+    }
+    CHECK(failed_ops == 0);
+    CHECK(changed > 0);
+    CHECK(missed == 0);
+    CHECK(dheap_check() == 0);
+    printf("precise capture: %d ops, %lu changed bytes, %lu uncaptured\n", OPS, changed, missed);
+    for (int i = 0; i < NS; i++)
+        if (tab[i].p)
+            dheap_free(tab[i].p), tab[i].p = NULL;
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap((void *)g_bits, cap / 8);
+    g_bits = NULL;
+    munmap(snap, cap);
+    munmap(base, cap);
+}
+
+/* ---- 3. workload with crashes -------------------------------------------- */
+
+static size_t g_hwm; /* highest top seen: both images agree up to here */
+
+static int mirror_matches(size_t cap)
+{
+    size_t end = g_hwm;
+    if (heap_top() > end)
+        end = heap_top();
+    for (size_t off = 0; off < end; off += 4096) {
+        size_t n = end - off < 4096 ? end - off : 4096;
+        if (memcmp(g_lo + off, g_mirror + off, n) != 0) {
+            for (size_t j = off; j < off + n; j++)
+                if (g_lo[j] != g_mirror[j]) {
+                    fprintf(stderr, "heap and mirror differ at offset %zu\n", j);
+                    break;
+                }
+            return 0;
+        }
+    }
+    (void)cap;
+    return 1;
+}
+
+/* Simulated crash + recovery: only the mirror survives. */
+static void crash_and_recover(size_t cap, obj *tab, size_t ns)
+{
+    char *base = g_lo;
+    uint64_t extent = dheap_extent_of_root((dheap_root *)g_mirror, cap);
+    CHECK(extent == heap_top());
+    dheap_detach();
+    map_range(base, cap); /* MAP_FIXED: a fresh, zeroed mapping at the same address */
+    memcpy(base, g_mirror, extent);
+    /* Past top the allocator must not depend on the contents: fill with
+     * garbage, identically in both images so later comparisons stay exact. */
+    if (g_hwm > extent) {
+        memset(base + extent, 0xA5, g_hwm - extent);
+        memset(g_mirror + extent, 0xA5, g_hwm - extent);
+    }
+    CHECK(dheap_attach(base, cap, false, capture) == 0);
+    CHECK(dheap_check() == 0);
+    int ok = 1;
+    for (size_t i = 0; i < ns; i++)
+        if (tab[i].p && (!pattern_ok(&tab[i], tab[i].n) || dheap_usable_size(tab[i].p) < tab[i].n))
+            ok = 0;
+    CHECK(ok);
+}
+
+static void test_workload(void)
+{
+    size_t cap = 256u << 20;
+    char *base = map_range(NULL, cap);
+    g_mirror = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    g_hwm = 0;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+
+    enum { NS = 2048, OPS = 100000 };
+    static obj tab[NS];
+    unsigned long nulls = 0;
+    for (int i = 1; i <= OPS; i++) {
+        if (!random_op(tab, NS, rnd() % NS, 1u << 20))
+            nulls++;
+        if (heap_top() > g_hwm)
+            g_hwm = heap_top();
+        if (i % 2000 == 0)
+            REQUIRE(dheap_check() == 0);
+        if (i % 10000 == 0)
+            REQUIRE(mirror_matches(cap));
+        if (i % 30000 == 0)
+            crash_and_recover(cap, tab, NS);
+    }
+    CHECK(nulls == 0);
+    CHECK(g_bad_captures == 0);
+    CHECK(dheap_check() == 0);
+    CHECK(mirror_matches(cap));
+    size_t live = 0, live_bytes = 0;
+    for (int i = 0; i < NS; i++)
+        if (tab[i].p)
+            live++, live_bytes += tab[i].n;
+    printf("workload: %d ops, %zu live objects (%zu KiB), top %zu KiB, hwm %zu KiB, allocated %llu KiB\n",
+           OPS, live, live_bytes >> 10, (size_t)heap_top() >> 10, g_hwm >> 10,
+           (unsigned long long)((dheap_root *)base)->allocated >> 10);
+    /* Free everything in random order: large frees must coalesce and give
+     * the space back, so top ends well below the high-water mark. */
+    static uint32_t order[NS];
+    for (uint32_t i = 0; i < NS; i++)
+        order[i] = i;
+    for (uint32_t i = NS; i > 1; i--) {
+        uint32_t j = (uint32_t)(rnd() % i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    int intact = 1;
+    for (int i = 0; i < NS; i++) {
+        obj *o = &tab[order[i]];
+        if (!o->p)
+            continue;
+        intact &= pattern_ok(o, o->n);
+        dheap_free(o->p);
+        o->p = NULL;
+    }
+    CHECK(intact);
+    printf("after freeing everything: top %zu KiB\n", (size_t)heap_top() >> 10);
+    CHECK(dheap_check() == 0);
+    CHECK(((dheap_root *)base)->allocated == 0);
+    CHECK(mirror_matches(cap));
+    dheap_detach();
+    munmap(g_mirror, cap);
+    g_mirror = NULL;
+    munmap(base, cap);
+}
+
+/* ---- 4. exhaustion --------------------------------------------------------- */
+
+static void test_exhaustion(void)
+{
+    size_t cap = 1 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    static void *ptrs[1 << 16];
+    size_t n = 0;
+    for (;;) {
+        errno = 0;
+        void *p = dheap_malloc(100);
+        if (!p) {
+            CHECK(errno == ENOMEM);
+            break;
+        }
+        ptrs[n++] = p;
+    }
+    CHECK(n > 5000 && n < (1 << 16));
+    CHECK(heap_top() <= cap);
+    CHECK(dheap_malloc(40000) == NULL);
+    CHECK(dheap_check() == 0);
+    for (size_t i = 0; i < n; i++)
+        dheap_free(ptrs[i]);
+    size_t again = 0;
+    while (again < n + 10 && (ptrs[again] = dheap_malloc(100)) != NULL)
+        again++;
+    CHECK(again == n); /* everything freed is reusable, nothing more */
+    for (size_t i = 0; i < again; i++)
+        dheap_free(ptrs[i]);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* Large chunks: fill, free in shuffled order, top comes back down. */
+    cap = 64 << 20;
+    base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    uint64_t top0 = heap_top();
+    n = 0;
+    while ((ptrs[n] = dheap_malloc(40000 + rnd() % 300000)) != NULL)
+        n++;
+    CHECK(n > 100);
+    CHECK(dheap_malloc(cap) == NULL);
+    for (size_t i = n; i > 1; i--) {
+        size_t j = rnd() % i;
+        void *t = ptrs[i - 1];
+        ptrs[i - 1] = ptrs[j];
+        ptrs[j] = t;
+    }
+    for (size_t i = 0; i < n; i++) {
+        dheap_free(ptrs[i]);
+        if (i % 50 == 0)
+            REQUIRE(dheap_check() == 0);
+    }
+    CHECK(dheap_check() == 0);
+    CHECK(heap_top() == top0);
+    CHECK(((dheap_root *)base)->large_free == 0);
+    void *whole = dheap_malloc(cap - 2 * 4096);
+    CHECK(whole != NULL);
+    dheap_free(whole);
+    CHECK(heap_top() == top0);
+    dheap_detach();
+    munmap(base, cap);
+}
+
+/* ---- 5. programming errors abort ------------------------------------------ */
+
+static int aborts(void (*fn)(char *base, size_t cap))
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open("/dev/null", O_WRONLY);
+        if (fd >= 0)
+            dup2(fd, 2);
+        size_t cap = 1 << 20;
+        char *base = map_range(NULL, cap);
+        g_lo = base, g_hi = base + cap;
+        if (dheap_attach(base, cap, true, capture) != 0)
+            _exit(3);
+        fn(base, cap);
+        _exit(0);
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        return 0;
+    return WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT;
+}
+
+static void double_free(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); dheap_free(p); }
+static void double_free_large(char *b, size_t c) { void *p = dheap_malloc(100000); void *g = dheap_malloc(1); dheap_free(p); dheap_free(p); (void)g; }
+static void double_free_aligned(char *b, size_t c) { void *p = dheap_memalign(256, 10); dheap_free(p); dheap_free(p); }
+static void foreign_free(char *b, size_t c) { static char x[64]; dheap_free(x + 16); }
+static void interior_free(char *b, size_t c) { char *p = dheap_malloc(100); dheap_free(p + 32); }
+static void unaligned_free(char *b, size_t c) { char *p = dheap_malloc(100); dheap_free(p + 1); }
+static void beyond_top_free(char *b, size_t c) { dheap_free(b + c / 2); }
+static void no_error(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); }
+
+static void test_errors(void)
+{
+    CHECK(aborts(double_free));
+    CHECK(aborts(double_free_large));
+    CHECK(aborts(double_free_aligned));
+    CHECK(aborts(foreign_free));
+    CHECK(aborts(interior_free));
+    CHECK(aborts(unaligned_free));
+    CHECK(aborts(beyond_top_free));
+    CHECK(!aborts(no_error));
+}
+
+int main(int argc, char **argv)
+{
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : 0x5eed1234ULL;
+    rng_state = seed ? seed : 1;
+    printf("seed 0x%llx\n", (unsigned long long)seed);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    test_basics();
+    test_precise_capture();
+    test_workload();
+    test_exhaustion();
+    test_errors();
+    CHECK(g_bad_captures == 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    printf("elapsed %.2f s\n", (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+    printf("test_durable_heap: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

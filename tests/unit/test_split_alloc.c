@@ -1,0 +1,219 @@
+/* test_split_alloc.c -- routing of the interposed malloc family.
+ *
+ * Attaches a durable heap by hand and flips split_alloc_rw_thread the way the
+ * runtime does around a read-write batch, then checks where each call lands:
+ * durable inside read-write, glibc outside, free/realloc by address, deferred
+ * frees from other threads drained later, contents preserved when realloc
+ * moves a block across the boundary, glibc's own internal allocations
+ * (strdup, printf) still working.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "alloc/durable_heap.h"
+#include "alloc/split_alloc.h"
+
+static int passed, failed;
+#define CHECK(cond)                                                              \
+    do {                                                                         \
+        if (cond) {                                                              \
+            passed++;                                                            \
+        } else {                                                                 \
+            failed++;                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
+        }                                                                        \
+    } while (0)
+
+static char *g_base;
+static size_t g_cap;
+static unsigned long captures, bad_captures;
+/* The most recent capture that was not a small metadata write. */
+static const char *last_big_addr;
+static size_t last_big_len;
+
+static void capture(const void *addr, size_t len)
+{
+    const char *p = addr;
+    if (p < g_base || p + len > g_base + g_cap)
+        bad_captures++;
+    captures++;
+    if (len > 16) {
+        last_big_addr = p;
+        last_big_len = len;
+    }
+}
+
+static uint64_t allocated(void) { return ((dheap_root *)g_base)->allocated; }
+
+static void fill(char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = (char)(seed + i * 7);
+}
+
+static int same(const char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != (char)(seed + i * 7))
+            return 0;
+    return 1;
+}
+
+enum { NTHREAD_FREES = 500 };
+static void *thread_ptrs[NTHREAD_FREES];
+
+static void *free_from_thread(void *arg)
+{
+    (void)arg;
+    /* A background thread: not read-write; its frees of durable blocks are
+     * deferred, and its own allocations are transient. */
+    for (int i = 0; i < NTHREAD_FREES; i++)
+        free(thread_ptrs[i]);
+    void *t = malloc(64);
+    int ok = t && !dheap_contains(t);
+    free(t);
+    return ok ? (void *)1 : NULL;
+}
+
+int main(void)
+{
+    /* Outside the runtime everything is glibc's. */
+    char *s = strdup("hello");
+    CHECK(s && strcmp(s, "hello") == 0);
+    printf("transient strdup: %s\n", s); /* stdout's buffer is allocated here, transiently */
+    free(s);
+
+    g_cap = 64 << 20;
+    g_base = mmap(NULL, g_cap, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    CHECK(g_base != MAP_FAILED);
+
+    /* Read-write flag set but no heap attached: still glibc. */
+    split_alloc_rw_thread = true;
+    void *early = malloc(32);
+    CHECK(early && !dheap_contains(early));
+    split_alloc_rw_thread = false;
+    free(early);
+
+    CHECK(dheap_attach(g_base, g_cap, true, capture) == 0);
+
+    /* Outside read-write: transient. */
+    char *t = malloc(100);
+    CHECK(t && !dheap_contains(t));
+    CHECK(malloc_usable_size(t) >= 100);
+    void *tc = calloc(10, 10);
+    CHECK(tc && !dheap_contains(tc));
+    void *ta = NULL;
+    CHECK(posix_memalign(&ta, 256, 10) == 0 && ta && !dheap_contains(ta) && ((uintptr_t)ta & 255) == 0);
+    free(ta);
+    free(tc);
+
+    /* Inside read-write: durable. */
+    split_alloc_rw_thread = true;
+    uint64_t a0 = allocated();
+    char *d = malloc(100);
+    CHECK(d && dheap_contains(d));
+    CHECK(allocated() > a0);
+    CHECK(malloc_usable_size(d) >= 100);
+    unsigned char *dz = calloc(50, 20);
+    int zero = dz != NULL;
+    for (int i = 0; dz && i < 1000; i++)
+        zero &= dz[i] == 0;
+    CHECK(zero && dheap_contains(dz));
+    void *m1 = memalign(4096, 10);
+    CHECK(m1 && dheap_contains(m1) && ((uintptr_t)m1 & 4095) == 0);
+    void *m2 = NULL;
+    CHECK(posix_memalign(&m2, 64, 1000) == 0 && dheap_contains(m2) && ((uintptr_t)m2 & 63) == 0);
+    CHECK(posix_memalign(&m2, 24, 10) == EINVAL);
+    CHECK(posix_memalign(&m2, 4, 10) == EINVAL);
+    void *m3 = aligned_alloc(128, 256);
+    CHECK(m3 && dheap_contains(m3) && ((uintptr_t)m3 & 127) == 0);
+    errno = 0;
+    CHECK(aligned_alloc(3, 10) == NULL && errno == EINVAL);
+    void *m4 = valloc(100);
+    CHECK(m4 && dheap_contains(m4) && ((uintptr_t)m4 & 4095) == 0);
+    void *m5 = pvalloc(5000);
+    CHECK(m5 && dheap_contains(m5) && ((uintptr_t)m5 & 4095) == 0 && malloc_usable_size(m5) >= 8192);
+    char *ds = strdup("durable string"); /* glibc's internal malloc call routes too */
+    CHECK(ds && dheap_contains(ds) && strcmp(ds, "durable string") == 0);
+    free(m1), free(m2), free(m3), free(m4), free(m5), free(dz);
+
+    /* A transient block freed inside read-write goes back to glibc. */
+    free(t);
+
+    /* realloc of a transient block inside read-write: moves into the heap,
+     * contents kept, the copy captured. */
+    split_alloc_rw_thread = false;
+    char *tr = malloc(3000);
+    fill(tr, 3000, 11);
+    split_alloc_rw_thread = true;
+    last_big_addr = NULL;
+    char *dr = realloc(tr, 5000);
+    CHECK(dr && dheap_contains(dr) && same(dr, 3000, 11));
+    CHECK(last_big_addr == dr && last_big_len >= 3000 && last_big_len <= 5000);
+    /* ... and realloc of a durable block inside read-write stays durable. */
+    char *dr2 = realloc(dr, 100000);
+    CHECK(dr2 && dheap_contains(dr2) && same(dr2, 3000, 11));
+    CHECK(dheap_check() == 0);
+
+    /* Outside read-write: realloc of a durable block moves it out (contents
+     * kept); the durable block is only queued, not freed. */
+    split_alloc_rw_thread = false;
+    uint64_t before = allocated();
+    unsigned long caps_before = captures;
+    char *back = realloc(dr2, 4000);
+    CHECK(back && !dheap_contains(back) && same(back, 3000, 11));
+    CHECK(allocated() == before);
+    CHECK(captures == caps_before); /* nothing written to the heap outside read-write */
+    free(ds); /* durable, freed outside read-write: deferred */
+    CHECK(allocated() == before);
+    CHECK(realloc(d, 0) == NULL); /* durable, size 0: deferred free */
+    CHECK(allocated() == before);
+    CHECK(captures == caps_before);
+    free(back);
+
+    /* Deferred frees from another thread, enough to grow the queue. */
+    split_alloc_rw_thread = true;
+    for (int i = 0; i < NTHREAD_FREES; i++) {
+        thread_ptrs[i] = malloc(16 + (size_t)i * 3);
+        CHECK(thread_ptrs[i] && dheap_contains(thread_ptrs[i]));
+    }
+    split_alloc_rw_thread = false;
+    uint64_t with_thread = allocated();
+    pthread_t th;
+    void *ok = NULL;
+    CHECK(pthread_create(&th, NULL, free_from_thread, NULL) == 0);
+    CHECK(pthread_join(th, &ok) == 0 && ok == (void *)1);
+    CHECK(allocated() == with_thread);
+
+    /* The combiner drains the queue while capturing. */
+    split_alloc_rw_thread = true;
+    split_alloc_drain_deferred();
+    split_alloc_rw_thread = false;
+    CHECK(allocated() == a0);
+    CHECK(dheap_check() == 0);
+    split_alloc_drain_deferred(); /* empty: no-op */
+    CHECK(allocated() == a0);
+
+    /* Plain libc use outside read-write still works after all this. */
+    char buf[64];
+    snprintf(buf, sizeof buf, "%d-%s", 42, "x");
+    char *s2 = strdup(buf);
+    CHECK(s2 && !dheap_contains(s2) && strcmp(s2, "42-x") == 0);
+    free(s2);
+    CHECK(bad_captures == 0);
+    split_alloc_link_anchor();
+
+    dheap_detach();
+    munmap(g_base, g_cap);
+    printf("test_split_alloc: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
