@@ -53,7 +53,7 @@ static const char *usage_text =
     "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto); sim makes a\n"
     "                     kill act like a power failure (test mode), none = durability off\n"
     "  --pool-size BYTES  size of a new pool (default 256M; suffixes K M G)\n"
-    "  --log-size BYTES   redo log size (default 16M)\n"
+    "  --log-size BYTES   redo log size (default 64M)\n"
     "  --threads N        client threads (default 4)\n"
     "  --values N         number of values (default 100000)\n"
     "  --value-size N     bytes per value (default 64)\n"
@@ -130,7 +130,7 @@ static void parse(int argc, char **argv)
         {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     O.mode = MANGO_PERSIST_AUTO;
     O.pool_size = 256u << 20;
-    O.log_size = 16u << 20;
+    O.log_size = 64u << 20;
     O.threads = 4;
     O.values = 100000;
     O.value_size = 64;
@@ -374,7 +374,9 @@ typedef struct ack_file {
     uint64_t magic;
     uint32_t threads, values, value_size, pad;
     _Atomic uint64_t total_acked;
-    char pad2[32];
+    _Atomic uint64_t total_lost; /* acknowledged PUTs missing after recovery */
+    _Atomic uint64_t total_torn; /* values not equal to any complete write */
+    char pad2[16];
     ack_slot slot[KV_MAX_CLIENTS];
 } ack_file;
 
@@ -551,6 +553,8 @@ static int run_verify(uint64_t *lost_out, uint64_t *torn_out)
         printf("verify: %s acked_total=%" PRIu64 " lost=%" PRIu64 " torn=%" PRIu64 "\n",
                status_name(st), atomic_load(&ack->total_acked), lost, torn + beyond);
     shutdown_or_die();
+    atomic_fetch_add(&ack->total_lost, lost);
+    atomic_fetch_add(&ack->total_torn, torn + beyond);
     *lost_out = lost;
     *torn_out = torn + beyond;
     return lost || torn || beyond ? 1 : 0;
@@ -585,7 +589,7 @@ static int run_crash_test(void)
     unlink(O.pool);
     unlink(O.ack);
     srand((unsigned)O.seed);
-    uint64_t lost = 0, torn = 0, recovery_kills = 0;
+    uint64_t failed_rounds = 0, recovery_kills = 0;
     unsigned rounds = 0;
     ack_file *ack = open_ack(true);
     for (unsigned r = 0; r < O.rounds; r++) {
@@ -598,7 +602,7 @@ static int run_crash_test(void)
         if (!(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGKILL)) {
             fprintf(stderr, "crash-test: round %u: worker exited by itself (status %d)\n", r,
                     WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
-            lost += WIFEXITED(ws) && WEXITSTATUS(ws) == 1; /* torn GET or pool behind acks */
+            failed_rounds += WIFEXITED(ws) && WEXITSTATUS(ws) == 1; /* torn GET, pool behind acks */
             if (!(WIFEXITED(ws) && WEXITSTATUS(ws) == 1))
                 return 2;
         }
@@ -612,7 +616,7 @@ static int run_crash_test(void)
                 recovery_kills++;
             else if (WIFEXITED(ws) && WEXITSTATUS(ws) != 0) {
                 fprintf(stderr, "crash-test: round %u: verify failed (status %d)\n", r, WEXITSTATUS(ws));
-                torn++;
+                failed_rounds++;
             }
         }
         pid_t v = spawn("verify");
@@ -623,17 +627,19 @@ static int run_crash_test(void)
         }
         if (WEXITSTATUS(ws) == 1) {
             fprintf(stderr, "crash-test: round %u: verification FAILED\n", r);
-            lost++; /* details were printed by verify */
+            failed_rounds++; /* details were printed by verify */
         }
         rounds++;
         if (!O.quiet && (r + 1) % 10 == 0)
             fprintf(stderr, "crash-test: %u/%u rounds, %" PRIu64 " acknowledged PUTs so far\n", r + 1,
                     O.rounds, atomic_load(&ack->total_acked));
     }
-    printf("crash-test: recovery itself was killed %" PRIu64 " times\n", recovery_kills);
+    uint64_t lost = atomic_load(&ack->total_lost), torn = atomic_load(&ack->total_torn);
+    printf("crash-test: recovery itself was killed %" PRIu64 " times; %" PRIu64 " rounds failed\n",
+           recovery_kills, failed_rounds);
     printf("rounds=%u acked=%" PRIu64 " lost=%" PRIu64 " torn=%" PRIu64 "\n", rounds,
            atomic_load(&ack->total_acked), lost, torn);
-    return lost || torn ? 1 : 0;
+    return lost || torn || failed_rounds ? 1 : 0;
 }
 
 /* ---- hashmap ---- */
