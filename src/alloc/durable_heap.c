@@ -575,12 +575,9 @@ int dheap_check(void)
     return 0;
 }
 
-/* ---- for split_alloc.c only (not in the header on purpose) ---------------- */
+/* ---- hooks used by split_alloc.c ------------------------------------------ */
 
-bool dheap_internal_attached(void);
-void dheap_internal_capture(const void *addr, size_t len);
-
-bool dheap_internal_attached(void) { return g_root != NULL; }
+bool dheap_attached(void) { return g_root != NULL; }
 
 /* Report bytes written into the heap on the user's behalf (realloc copies). */
-void dheap_internal_capture(const void *addr, size_t len) { capture_payload(addr, len); }
+void dheap_capture(const void *addr, size_t len) { capture_payload(addr, len); }

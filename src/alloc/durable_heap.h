@@ -63,6 +63,12 @@ bool dheap_contains(const void *p);
  * of bytes from base that recovery must copy, or 0 if the root is invalid. */
 uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity);
 
+/* Is a heap attached? (split_alloc routes by this) */
+bool dheap_attached(void);
+/* Report bytes of the heap written on the heap's behalf (e.g. realloc's copy
+ * done by split_alloc) through the attached capture callback. */
+void dheap_capture(const void *addr, size_t len);
+
 /* Walk all chunks and check metadata consistency; 0 if consistent. (tests) */
 int dheap_check(void);
 

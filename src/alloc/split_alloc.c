@@ -42,8 +42,6 @@ extern void *__libc_realloc(void *p, size_t n);
 extern void *__libc_memalign(size_t align, size_t n);
 
 /* From durable_heap.c, for this file only. */
-extern bool dheap_internal_attached(void);
-extern void dheap_internal_capture(const void *addr, size_t len);
 
 /* Our own definitions, declared here so the file does not depend on
  * <malloc.h> being included. */
@@ -56,7 +54,7 @@ void split_alloc_link_anchor(void) {}
 
 static inline bool use_durable(void)
 {
-    return split_alloc_rw_thread && dheap_internal_attached();
+    return split_alloc_rw_thread && dheap_attached();
 }
 
 /* ---- glibc's malloc_usable_size ----------------------------------------
@@ -132,7 +130,7 @@ static void defer_free(void *p)
 
 void split_alloc_drain_deferred(void)
 {
-    if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0 || !dheap_internal_attached())
+    if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0 || !dheap_attached())
         return;
     pthread_mutex_lock(&defer_lock);
     for (size_t i = 0; i < defer_n; i++)
@@ -200,7 +198,7 @@ void *realloc(void *p, size_t n)
     size_t old = transient_usable_size(p);
     size_t copy = old < n ? old : n;
     memcpy(q, p, copy);
-    dheap_internal_capture(q, copy);
+    dheap_capture(q, copy);
     __libc_free(p);
     return q;
 }

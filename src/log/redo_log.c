@@ -94,6 +94,8 @@ int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
         }
         pthread_mutex_unlock(&l->mu);
     }
+    w->pad_lsn = l->tail_lsn;
+    w->pad_bytes = pad;
     if (pad) {
         write_pad(l, l->tail_lsn, pad);
         l->tail_lsn += pad;
@@ -128,10 +130,10 @@ int redo_log_commit(redo_log *l, log_frame_writer *w)
 
     persist_domain *pd = &l->pool->pd;
     persist_ranges r = {0};
-    /* A PAD written by reserve sits just before the ring's start; flush it too. */
-    uint64_t start = l->tail_lsn;
-    if (w->lsn != start)
-        persist_flush(pd, &r, l->ring + start % l->cap, l->cap - start % l->cap, "log.flush_pad");
+    /* A PAD written by reserve fills the ring's end; it must be as durable as
+     * the frame, or recovery would find garbage followed by a good frame. */
+    if (w->pad_bytes)
+        persist_flush(pd, &r, l->ring + w->pad_lsn % l->cap, sizeof(log_frame), "log.flush_pad");
     persist_flush(pd, &r, f, bytes, "log.flush");
 #ifndef MANGO_MUTATE_NO_COMMIT_SYNC
     int rc = persist_sync(pd, &r, "log.commit_sync");

@@ -83,6 +83,8 @@ typedef struct log_frame_writer {
     uint32_t n;
     uint64_t lsn;
     uint64_t bytes;
+    uint64_t pad_lsn;   /* a PAD frame written by reserve (pad_bytes 0: none) */
+    uint64_t pad_bytes;
 } log_frame_writer;
 
 void redo_log_init(redo_log *l, pool *p, uint64_t tail_lsn, uint64_t next_seq, uint64_t generation,
