@@ -15,6 +15,16 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
+int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
+{
+    for (uint32_t i = 0; i < f->n_entries; i++)
+        if (!region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
+            return mango_error(MANGO_EBADPOOL,
+                               "log frame seq %llu holds block %#llx outside every durable region",
+                               (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+    return MANGO_OK;
+}
+
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *rg)
 {
     for (uint32_t i = 0; i < f->n_entries; i++) {

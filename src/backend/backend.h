@@ -32,6 +32,8 @@ typedef struct backend {
     uint64_t syncs; /* mirror + head syncs issued */
 } backend;
 
+/* Check that every block of a frame lies in a durable region (writes nothing). */
+int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
 /* Apply one frame to the mirror; flushed ranges accumulate in r. */
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
 

@@ -232,8 +232,11 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
                                    "committed frames follow it; refusing to recover",
                                    (unsigned long long)pos, (unsigned long long)seq, out->torn_reason);
             }
-            out->torn_tail = ((const log_frame *)(ring + pos % cap))->magic == LOG_FRAME_MAGIC &&
-                             ((const log_frame *)(ring + pos % cap))->generation == generation;
+            /* Torn: a frame of this lap was started here. Anything else (a
+             * stale frame from an earlier lap, zeroes) is the log's clean end. */
+            const log_frame *t = (const log_frame *)(ring + pos % cap);
+            out->torn_tail = t->magic == LOG_FRAME_MAGIC && t->lsn == pos &&
+                             t->generation == generation;
             out->torn_lsn = pos;
             break;
         }

@@ -175,8 +175,11 @@ static int validate(pool *p, const char *path, size_t file_size)
         return mango_error(MANGO_EBADPOOL, "%s: not a Mangosteen pool (bad magic)", path);
     if (h->version != POOL_FORMAT_VERSION)
         return mango_error(MANGO_EBADPOOL,
-                           "%s: pool format version %u, this build reads version %u only", path,
-                           h->version, POOL_FORMAT_VERSION);
+                           "%s: pool format version %u%s, this build reads version %u only", path,
+                           h->version,
+                           h->header_crc != header_crc(h) ? " (or a corrupt header: its checksum "
+                                                            "does not match either)" : "",
+                           POOL_FORMAT_VERSION);
     if (h->header_size != sizeof(pool_header) || h->header_crc != header_crc(h))
         return mango_error(MANGO_EBADPOOL, "%s: pool header checksum mismatch (corrupt header)", path);
     if (h->pool_size != file_size)

@@ -28,14 +28,28 @@ static int replay_visit(void *arg, const log_frame *f, const log_entry *e)
     return backend_apply_frame(c->p, f, e, &c->ranges);
 }
 
+static int validate_visit(void *arg, const log_frame *f, const log_entry *e)
+{
+    return backend_check_frame(arg, f, e);
+}
+
 int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t *next_seq,
                     uint64_t *generation)
 {
     double t0 = now();
     replay_ctx c = {.p = p};
     log_scan_result res;
+    /* Validate the whole log (frames and block addresses) before writing a
+     * byte: a pool refused for corruption must be left unchanged. */
     int rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                           p->head.generation, UINT64_MAX, replay_visit, &c, &res);
+                           p->head.generation, UINT64_MAX, validate_visit, p, &res);
+    if (rc != MANGO_OK)
+        return rc;
+    uint64_t valid_end = res.end_lsn;
+    rep->torn_tail = res.torn_tail;
+    rep->torn_lsn = res.torn_lsn;
+    rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
+                       p->head.generation, valid_end, replay_visit, &c, &res);
     if (rc != MANGO_OK)
         return rc;
     int s = persist_sync(&p->pd, &c.ranges, "recovery.mirror_sync");
@@ -51,8 +65,6 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
         return rc;
     rep->frames_replayed = res.frames;
     rep->blocks_replayed = res.entries;
-    rep->torn_tail = res.torn_tail;
-    rep->torn_lsn = res.torn_lsn;
     rep->replay_seconds = now() - t0;
     *tail_lsn = res.end_lsn;
     *next_seq = res.next_seq;

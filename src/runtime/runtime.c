@@ -236,8 +236,15 @@ static int open_durable(const mango_config *cfg, int *status)
     if (rc)
         goto fail_heap;
     const pool_region *hr = pool_find_region(p, POOL_REGION_HEAP);
-    bool heap_valid = hr && dheap_extent_of_root((const dheap_root *)(p->base + hr->mirror_offset),
-                                                 hr->size) != 0;
+    const dheap_root *root = hr ? (const dheap_root *)(p->base + hr->mirror_offset) : NULL;
+    bool heap_valid = root && dheap_extent_of_root(root, hr->size) != 0;
+    if (root && !heap_valid && root->magic != 0) {
+        /* Never treat a damaged state as FRESH: that would discard it. */
+        rc = mango_error(MANGO_EBADPOOL, "%s: the durable heap root in the pool is corrupt "
+                         "(magic %#llx); refusing to recover", rt.pool_path,
+                         (unsigned long long)root->magic);
+        goto fail_heap;
+    }
     if (heap_valid && !created) {
         unsigned threads = (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
         rc = recovery_restore(p, threads ? threads : 1, &rt.recovery);

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# setup.sh -- install what Mangosteen needs to build and test on Debian 12.
+# Idempotent: installs only what is missing, at the pinned versions below
+# (falling back to the suite's current version if a pin has left the archive).
+set -euo pipefail
+
+PINNED=(
+  gcc=4:12.2.0-3
+  g++=4:12.2.0-3
+  make=4.3-4.1
+  cmake=3.25.1-1
+  ninja-build=1.11.1-2~deb12u1
+  python3=3.11.2-1+b1
+  python3-pytest=7.2.1-2
+)
+
+missing=()
+for spec in "${PINNED[@]}"; do
+  pkg=${spec%%=*}
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$spec")
+done
+
+if ((${#missing[@]})); then
+  if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing packages (${missing[*]}); run as root or install them" >&2
+    exit 1
+  fi
+  echo "setup: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
+    echo "setup: a pinned version is gone from the archive; installing current versions" >&2
+    apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}" >/dev/null
+  fi
+fi
+
+# The python3 first on PATH must have pytest (it may not be Debian's).
+if ! python3 -c 'import pytest' 2>/dev/null; then
+  echo "setup: installing pytest for $(command -v python3)" >&2
+  python3 -m pip install -q 'pytest==7.2.1'
+fi

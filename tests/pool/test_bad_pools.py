@@ -1,0 +1,533 @@
+"""Bad-pool tests: a damaged, foreign or busy pool is refused with a clear
+message and left byte-for-byte unchanged.
+
+Every test builds a fresh pool with the kvstore example, damages it, then runs
+  * `mango check POOL`   (read-only validation; exit 1 = bad pool, 2 = cannot
+                          read it: missing, in use), and
+  * `kvstore demo --pool POOL`  (a real writable open + recovery; exit 2 on
+                          any runtime error),
+and compares the file's SHA-256 before and after.
+
+Environment: KVSTORE_BIN and MANGO_BIN name the built binaries (CTest sets
+them, see CMakeLists.txt). Pools are small (32 MiB, 1 MiB log) sparse files in
+a temporary directory under /dev/shm when it exists.
+"""
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+
+import pytest
+
+KVSTORE = os.environ.get("KVSTORE_BIN")
+MANGO = os.environ.get("MANGO_BIN")
+
+pytestmark = pytest.mark.skipif(
+    not (KVSTORE and MANGO and os.access(KVSTORE, os.X_OK) and os.access(MANGO, os.X_OK)),
+    reason="set KVSTORE_BIN and MANGO_BIN to the built kvstore and mango binaries",
+)
+
+POOL_SIZE = "32M"
+LOG_SIZE = "1M"
+TIMEOUT = 30
+
+# ---- on-media layout (src/pool/pool_format.h, src/log/redo_log.h) ----
+HDR_MAGIC = 0
+HDR_VERSION = 8
+HDR_HEADER_SIZE = 12
+HDR_POOL_SIZE = 16
+HDR_CREATED_MODE = 24
+HDR_REGION_COUNT = 28
+HDR_LOG_OFFSET = 32
+HDR_LOG_SIZE = 40
+HDR_HEAP_BASE = 48
+HDR_HEAP_CAPACITY = 56
+HDR_CREATE_TIME = 64
+HDR_FINGERPRINT = 72
+HDR_REGION_TABLE_CRC = 80
+HDR_FINGERPRINT_TEXT = 88
+HDR_HEADER_CRC = HDR_FINGERPRINT_TEXT + 2048  # 2136: CRC of the bytes before it
+HEAD_OFFSET = 4096  # two 64-byte slots; each slot's CRC covers its first 36 bytes
+SLOT_SIZE = 64
+REGIONS_OFFSET = 8192  # pool_region[]: 48 bytes each
+REGION_SIZE = 48
+FRAME_HEADER = 64  # log_frame; entries (48 bytes each) follow
+ENTRY_SIZE = 48
+
+
+# ---- CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) ----
+def _crc_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc32c(data, crc=0):
+    crc ^= 0xFFFFFFFF
+    for b in data:
+        crc = _CRC_TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def test_crc32c_known_answer():
+    # RFC 3720 / iSCSI check value.
+    assert crc32c(b"123456789") == 0xE3069283
+
+
+# ---- helpers ----
+@pytest.fixture
+def workdir():
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    d = tempfile.mkdtemp(prefix="mango-badpool-", dir=base)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run(*args, timeout=TIMEOUT):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(1 << 20)
+            if not b:
+                break
+            h.update(b)
+    return h.hexdigest()
+
+
+def make_pool(d, name="pool"):
+    p = os.path.join(d, name)
+    r = run(KVSTORE, "demo", "--pool", p, "--mode", "emulated", "--pool-size", POOL_SIZE,
+            "--log-size", LOG_SIZE)
+    assert r.returncode == 0, r.stderr
+    assert "FRESH" in r.stdout
+    return p
+
+
+def read_at(path, off, n):
+    with open(path, "rb") as f:
+        f.seek(off)
+        return f.read(n)
+
+
+def write_at(path, off, data):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        f.write(data)
+
+
+def flip_bit(path, off, bit=0):
+    b = read_at(path, off, 1)[0]
+    write_at(path, off, bytes([b ^ (1 << bit)]))
+
+
+def fix_header_crc(path):
+    hdr = read_at(path, 0, HDR_HEADER_CRC)
+    write_at(path, HDR_HEADER_CRC, struct.pack("<I", crc32c(hdr)))
+
+
+def inspect_json(path):
+    r = run(MANGO, "inspect", "--json", path)
+    assert r.returncode in (0, 1), r.stderr
+    return json.loads(r.stdout)
+
+
+def check(path):
+    return run(MANGO, "check", path)
+
+
+def reopen(path):
+    return run(KVSTORE, "demo", "--pool", path, "--mode", "emulated")
+
+
+def assert_refused(path, *needles, check_status=1):
+    """Both the checker and a real open refuse the pool, name the problem
+    (every needle, case-insensitively, in both messages), and leave the file
+    byte-for-byte unchanged."""
+    before = sha256(path)
+    size = os.path.getsize(path)
+    c = check(path)
+    assert c.returncode == check_status, (c.returncode, c.stdout, c.stderr)
+    assert c.stderr.startswith("mango: "), c.stderr
+    k = reopen(path)
+    assert k.returncode == 2, (k.returncode, k.stdout, k.stderr)
+    for n in needles:
+        assert n.lower() in c.stderr.lower(), (n, c.stderr)
+        assert n.lower() in k.stderr.lower(), (n, k.stderr)
+    assert os.path.getsize(path) == size
+    assert sha256(path) == before, "refusing the pool modified it"
+    return c, k
+
+
+def make_pending_pool(d, min_frames=3, attempts=15):
+    """A pool with committed frames the backend has not applied yet: run the
+    crash-test worker and SIGKILL it (retrying until the kill landed between a
+    commit and the backend's apply). Returns (path, inspect --json output)."""
+    p = os.path.join(d, "pending")
+    ack = os.path.join(d, "ack")
+    for i in range(attempts):
+        for f in (p, ack):
+            if os.path.exists(f):
+                os.unlink(f)
+        w = subprocess.Popen([KVSTORE, "worker", "--pool", p, "--ack", ack, "--mode", "emulated",
+                              "--pool-size", POOL_SIZE, "--log-size", LOG_SIZE, "--values", "1000",
+                              "--value-size", "64", "--threads", "4", "--quiet"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # Wait until it is running (acknowledgements appear), then a bit more.
+        deadline = time.time() + 5
+        while time.time() < deadline and w.poll() is None:
+            if os.path.exists(ack) and os.path.getsize(ack) >= 32:
+                if struct.unpack("<Q", read_at(ack, 24, 8))[0] > 0:  # total_acked
+                    break
+            time.sleep(0.01)
+        time.sleep(0.2 + 0.05 * (i % 5))
+        assert w.poll() is None, w.stderr.read()
+        w.send_signal(signal.SIGKILL)
+        w.wait()
+        w.stderr.close()
+        info = inspect_json(p)
+        log = info["log"]
+        if not log["corrupt"] and log["committed_frames"] >= min_frames:
+            return p, info
+    pytest.fail("could not catch the worker with %d committed, unapplied frames" % min_frames)
+
+
+# ---- good pools ----
+def test_good_pool_check_inspect_and_recover(workdir):
+    p = make_pool(workdir)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert c.stdout.startswith(p + ": ok (") and c.stderr == ""
+    i = run(MANGO, "inspect", p)
+    assert i.returncode == 0, i.stderr
+    for word in ("format version   1", "region", "head slots", "fingerprint", "torn tail"):
+        assert word in i.stdout
+    info = inspect_json(p)
+    assert info["header"]["version"] == 1
+    assert info["header"]["pool_size"] == os.path.getsize(p)
+    assert {r["kind"] for r in info["regions"]} >= {"heap", "data"}
+    assert all(s["valid"] for s in info["head_slots"])
+    assert info["log"]["committed_frames"] == 0 and not info["log"]["corrupt"]
+    assert sha256(p) == before, "check/inspect modified the pool"
+    k = reopen(p)
+    assert k.returncode == 0, k.stderr
+    assert "RECOVERED" in k.stdout
+
+
+def test_pending_log_is_checked_and_replayed(workdir):
+    p, info = make_pending_pool(workdir, min_frames=1)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert "needs recovery" in c.stdout
+    assert sha256(p) == before
+    k = reopen(p)
+    assert k.returncode == 0, k.stderr
+    assert "RECOVERED" in k.stdout
+    assert check(p).returncode == 0
+
+
+def test_usage_errors(workdir):
+    for args in ([], ["--bogus"], ["frobnicate"], ["inspect"], ["check"], ["inspect", "--bogus", "x"],
+                 ["check", "--nope", "x"], ["inspect", "a", "b"]):
+        r = run(MANGO, *args)
+        assert r.returncode == 2, args
+        assert r.stderr.startswith("mango"), (args, r.stderr)
+        assert "--help" in r.stderr
+    for args in (["--help"], ["inspect", "--help"], ["check", "--help"], ["help", "check"]):
+        r = run(MANGO, *args)
+        assert r.returncode == 0, args
+        assert "SYNOPSIS" in r.stdout and "EXIT STATUS" in r.stdout
+    r = run(MANGO, "check", os.path.join(workdir, "missing"))
+    assert r.returncode == 2 and "No such file" in r.stderr
+
+
+# ---- truncation ----
+@pytest.mark.parametrize("cut", ["zero", "header-only", "below-minimum", "minimum", "half",
+                                 "minus-page", "minus-byte"])
+def test_truncated(workdir, cut):
+    p = make_pool(workdir)
+    full = os.path.getsize(p)
+    size = {"zero": 0, "header-only": 4096, "below-minimum": 3 * 4096 - 1, "minimum": 3 * 4096,
+            "half": full // 2, "minus-page": full - 4096, "minus-byte": full - 1}[cut]
+    os.truncate(p, size)
+    if size < 3 * 4096:
+        assert_refused(p, "not a Mangosteen pool", "only %d bytes" % size)
+    else:
+        assert_refused(p, "truncated", "%d bytes" % size)
+
+
+def test_grown_file(workdir):
+    p = make_pool(workdir)
+    full = os.path.getsize(p)
+    os.truncate(p, full + 4096)
+    assert_refused(p, "%d bytes" % (full + 4096))
+
+
+# ---- header damage ----
+@pytest.mark.parametrize("off,bit,needle", [
+    (HDR_MAGIC, 0, "bad magic"),
+    (HDR_MAGIC + 5, 3, "bad magic"),
+    (HDR_HEADER_SIZE, 2, "checksum"),
+    (HDR_POOL_SIZE + 1, 4, "checksum"),
+    (HDR_REGION_COUNT, 1, "checksum"),
+    (HDR_LOG_OFFSET + 2, 0, "checksum"),
+    (HDR_LOG_SIZE + 3, 7, "checksum"),
+    (HDR_HEAP_BASE + 4, 1, "checksum"),
+    (HDR_FINGERPRINT, 0, "checksum"),
+    (HDR_REGION_TABLE_CRC, 5, "checksum"),
+    (HDR_FINGERPRINT_TEXT + 10, 2, "checksum"),
+    (HDR_HEADER_CRC, 0, "checksum"),
+])
+def test_header_bit_flip(workdir, off, bit, needle):
+    p = make_pool(workdir)
+    flip_bit(p, off, bit)
+    assert_refused(p, needle)
+
+
+def test_header_version_bit_flip_is_refused(workdir):
+    """A flipped bit in the version field (checksum NOT fixed) is refused too;
+    the version is checked first, so the message names the version."""
+    p = make_pool(workdir)
+    flip_bit(p, HDR_VERSION, 1)  # 1 -> 3
+    assert_refused(p, "version 3")
+
+
+@pytest.mark.parametrize("version", [0, 2, 0x100])
+def test_wrong_version(workdir, version):
+    """A well-formed header (checksum recomputed) of another format version is
+    reported as a version problem, not as corruption."""
+    p = make_pool(workdir)
+    write_at(p, HDR_VERSION, struct.pack("<I", version))
+    fix_header_crc(p)
+    c, k = assert_refused(p, "version %d" % version, "reads version 1")
+    assert "checksum" not in c.stderr and "checksum" not in k.stderr
+
+
+def test_fix_header_crc_is_exact(workdir):
+    """Recomputing the CRC of an unmodified header reproduces it (so the tests
+    above change only what they mean to)."""
+    p = make_pool(workdir)
+    before = sha256(p)
+    fix_header_crc(p)
+    assert sha256(p) == before
+
+
+def test_foreign_fingerprint(workdir):
+    """A pool from a binary with another layout: structurally sound, so
+    `mango check` accepts it (it cannot know which program will open it) and
+    `inspect` shows the foreign fingerprint; opening it from kvstore is refused
+    as a different layout and leaves the file unchanged."""
+    p = make_pool(workdir)
+    write_at(p, HDR_FINGERPRINT, struct.pack("<Q", 0x0123456789ABCDEF))
+    fix_header_crc(p)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert inspect_json(p)["header"]["fingerprint"] == "0123456789abcdef"
+    k = reopen(p)
+    assert k.returncode == 2, k.stdout
+    assert "different layout" in k.stderr and "0123456789abcdef" in k.stderr
+    assert "left unchanged" in k.stderr
+    assert sha256(p) == before
+
+
+# ---- region table damage ----
+@pytest.mark.parametrize("entry,field_off,bit", [(0, 0, 0), (0, 8, 5), (0, 16, 3), (1, 24, 6),
+                                                 (1, 8, 0)])
+def test_region_table_bit_flip(workdir, entry, field_off, bit):
+    p = make_pool(workdir)
+    n = inspect_json(p)["header"]["region_count"]
+    assert entry < n
+    flip_bit(p, REGIONS_OFFSET + entry * REGION_SIZE + field_off, bit)
+    assert_refused(p, "region table checksum mismatch")
+
+
+def test_region_table_malformed_with_valid_crc(workdir):
+    """A region table whose checksum matches but whose region reaches past the
+    end of the file (e.g. written by a buggy tool) is refused as malformed."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    n = info["header"]["region_count"]
+    write_at(p, REGIONS_OFFSET + 16, struct.pack("<Q", 1 << 40))  # region 0 size
+    table = read_at(p, REGIONS_OFFSET, n * REGION_SIZE)
+    write_at(p, HDR_REGION_TABLE_CRC, struct.pack("<I", crc32c(table)))
+    fix_header_crc(p)
+    assert_refused(p, "region 0 is malformed")
+
+
+# ---- in use ----
+def test_in_use_flock(workdir):
+    """Another process holding the pool's exclusive lock: both refuse with 'in
+    use' (check: exit 2, it could not read the pool), nothing is written."""
+    p = make_pool(workdir)
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert_refused(p, "in use by another process", check_status=2)
+        # A shared lock (e.g. a concurrent `mango check`) still blocks writers
+        # but not other readers.
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        before = sha256(p)
+        assert check(p).returncode == 0
+        k = reopen(p)
+        assert k.returncode == 2 and "in use by another process" in k.stderr
+        assert sha256(p) == before
+    finally:
+        os.close(fd)
+    assert reopen(p).returncode == 0
+
+
+def test_in_use_by_worker(workdir):
+    p = make_pool(workdir)
+    ack = os.path.join(workdir, "ack")
+    w = subprocess.Popen([KVSTORE, "worker", "--pool", p, "--ack", ack, "--mode", "emulated",
+                          "--values", "1000", "--value-size", "64", "--threads", "4", "--quiet"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            if os.path.exists(ack) and os.path.getsize(ack) >= 32 and \
+                    struct.unpack("<Q", read_at(ack, 24, 8))[0] > 0:
+                break
+            assert w.poll() is None, w.stderr.read()
+            time.sleep(0.01)
+        else:
+            pytest.fail("worker made no progress")
+        c = check(p)
+        assert c.returncode == 2 and "in use by another process" in c.stderr, c.stderr
+        k = reopen(p)
+        assert k.returncode == 2 and "in use by another process" in k.stderr, k.stderr
+    finally:
+        w.kill()
+        w.wait()
+        w.stderr.close()
+    k = reopen(p)
+    assert k.returncode == 0 and "RECOVERED" in k.stdout, k.stderr
+
+
+# ---- head slots ----
+def test_damaged_head_slot(workdir):
+    """One corrupt head slot: recovery uses the other one. check warns (exit 0)
+    without writing; the demo then recovers."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    newest = [s for s in info["head_slots"] if s["newest"]][0]
+    flip_bit(p, HEAD_OFFSET + newest["index"] * SLOT_SIZE + 8, 3)  # its head_lsn
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert "warning" in c.stderr and "slot %d is corrupt" % newest["index"] in c.stderr
+    assert "head slot damaged" in c.stdout
+    info2 = inspect_json(p)
+    assert info2["slot_damaged"] and not info2["head_slots"][newest["index"]]["valid"]
+    assert sha256(p) == before
+    k = reopen(p)
+    assert k.returncode == 0, k.stderr
+    assert "RECOVERED" in k.stdout and "4000 updates applied so far" in k.stdout
+    c = check(p)
+    assert c.returncode == 0 and c.stderr == ""
+
+
+def test_both_head_slots_damaged(workdir):
+    p = make_pool(workdir)
+    flip_bit(p, HEAD_OFFSET + 0 * SLOT_SIZE + 0, 0)
+    flip_bit(p, HEAD_OFFSET + 1 * SLOT_SIZE + 16, 0)
+    assert_refused(p, "both log head slots are corrupt")
+
+
+# ---- log frames ----
+def test_corrupt_frame_followed_by_committed_frame(workdir):
+    """A flipped bit in the first pending frame's payload, with committed
+    frames after it, cannot be a torn write: it is refused as corruption."""
+    p, info = make_pending_pool(workdir, min_frames=2)
+    f = info["log"]["frames"][0]
+    assert f["entries"] > 0
+    flip_bit(p, f["offset"] + FRAME_HEADER + 16 + 5, 2)  # first entry's data
+    assert_refused(p, "corrupt", "lsn %d" % f["lsn"], "committed frames follow")
+
+
+def test_corrupt_frame_header_followed_by_committed_frame(workdir):
+    p, info = make_pending_pool(workdir, min_frames=2)
+    f = info["log"]["frames"][0]
+    flip_bit(p, f["offset"] + 8, 0)  # its lsn
+    assert_refused(p, "corrupt", "committed frames follow")
+
+
+def test_corrupt_middle_frame_leaves_pool_unchanged(workdir):
+    """Corruption in the second pending frame: refused, and the first frame
+    must not have been applied to the mirror either."""
+    p, info = make_pending_pool(workdir, min_frames=3)
+    frames = info["log"]["frames"]
+    f = frames[1]
+    flip_bit(p, f["offset"] + FRAME_HEADER + 16, 0)
+    assert_refused(p, "corrupt", "committed frames follow")
+
+
+def test_frame_entry_outside_regions(workdir):
+    """A first frame whose checksums are right but whose block address lies
+    outside every durable region (a foreign or buggy writer) is refused."""
+    p, info = make_pending_pool(workdir, min_frames=1)
+    f = info["log"]["frames"][0]
+    base = f["offset"]
+    hdr = bytearray(read_at(p, base, FRAME_HEADER))
+    n = struct.unpack_from("<I", hdr, 32)[0]
+    assert n == f["entries"] and n > 0
+    write_at(p, base + FRAME_HEADER, struct.pack("<Q", 0x100000))  # entry 0 addr
+    payload = read_at(p, base + FRAME_HEADER, n * ENTRY_SIZE)
+    struct.pack_into("<I", hdr, 36, crc32c(payload))  # payload_crc
+    struct.pack_into("<I", hdr, 60, crc32c(bytes(hdr[:60])))  # header_crc
+    write_at(p, base, bytes(hdr))
+    assert_refused(p, "outside every durable region", "0x100000")
+
+
+def test_corrupt_last_frame_is_a_torn_tail(workdir):
+    """A flipped bit in the LAST pending frame only is indistinguishable from a
+    torn write of a batch whose commit never finished (and so was never
+    acknowledged): nothing committed follows it. Recovery succeeds and
+    discards that frame; `mango check` accepts the pool with a warning. (A bit
+    flip in a genuinely committed last frame therefore loses that batch: the
+    log design accepts this, only the last frame can be torn.)"""
+    p, info = make_pending_pool(workdir, min_frames=2)
+    frames = info["log"]["frames"]
+    last = frames[-1]
+    flip_bit(p, last["offset"] + FRAME_HEADER + 16 + 3, 6)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert "warning" in c.stderr and "torn tail at lsn %d" % last["lsn"] in c.stderr
+    assert "payload checksum" in c.stderr
+    after = inspect_json(p)["log"]
+    assert after["torn_tail"] and after["torn_lsn"] == last["lsn"]
+    assert after["committed_frames"] == len(frames) - 1
+    assert sha256(p) == before
+    k = reopen(p)
+    assert k.returncode == 0, k.stderr
+    assert "RECOVERED" in k.stdout
+    assert check(p).returncode == 0
+
+
+# ---- mirror ----
+def test_corrupt_heap_root(workdir):
+    p = make_pool(workdir)
+    heap = [r for r in inspect_json(p)["regions"] if r["kind"] == "heap"][0]
+    flip_bit(p, heap["mirror_offset"] + 16, 4)  # dheap_root.capacity
+    assert_refused(p, "heap root")

@@ -1,0 +1,591 @@
+/* mango_cli.c -- the `mango` command: inspect and check Mangosteen pools.
+ *
+ *   mango inspect [--json] POOL   print the header, head slots and log summary
+ *   mango check [--quiet] POOL... validate a pool without modifying it
+ *
+ * Both open the pool read-only (pool_open with writable=false: a shared flock
+ * and a PROT_READ mapping), so they never write to it and refuse a pool that a
+ * running process holds. Run `mango --help` for the full usage text.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "alloc/durable_heap.h"
+#include "log/redo_log.h"
+#include "mango.h"
+#include "persist/persist.h"
+#include "pool/crc32c.h"
+#include "pool/pool.h"
+#include "pool/pool_format.h"
+#include "runtime/error.h"
+
+enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
+
+/* ---- usage texts ---- */
+
+static const char *main_usage =
+    "NAME\n"
+    "    mango - inspect and check Mangosteen pool files\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    mango inspect [--json] POOL\n"
+    "    mango check [--quiet] POOL...\n"
+    "    mango help [COMMAND]\n"
+    "    mango --help | --version\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    A pool is the file in which the Mangosteen runtime keeps an application's\n"
+    "    durable state: a checksummed header, two log head slots, a region table,\n"
+    "    the redo log ring and a persistent mirror of every durable region.\n"
+    "\n"
+    "    Every command opens the pool read-only with a shared lock: it never\n"
+    "    modifies the file, and it refuses a pool that a running process has open.\n"
+    "\n"
+    "COMMANDS\n"
+    "    inspect   print the header, both head slots and a summary of the redo log\n"
+    "    check     validate a pool the way recovery would, without recovering it\n"
+    "    help      print this text, or the manual of COMMAND\n"
+    "\n"
+    "OPTIONS\n"
+    "    -h, --help     print this text and exit\n"
+    "    -V, --version  print the runtime version and exit\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0  success (check: the pool is usable)\n"
+    "    1  the pool is bad: truncated, corrupt, of another format version\n"
+    "    2  usage error, or the pool could not be read (missing, in use, I/O error)\n"
+    "\n"
+    "Run 'mango COMMAND --help' for the options of a command.\n";
+
+static const char *inspect_usage =
+    "NAME\n"
+    "    mango inspect - print the structure of a Mangosteen pool\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    mango inspect [--json] POOL\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Validates POOL like `mango check` does (the header, its checksum and the\n"
+    "    region table must be sound) and prints:\n"
+    "      - the header: format version, pool size, creation mode and time, the\n"
+    "        region table (kind, virtual address, size, mirror offset), the durable\n"
+    "        heap's base and capacity, the log's offset and size, and the layout\n"
+    "        fingerprint (hex and text) of the process that created the pool;\n"
+    "      - both log head slots: checksum valid, advance, head_lsn, next_seq,\n"
+    "        generation, clean flag; the newest valid slot is marked;\n"
+    "      - the redo log from the newest head: committed frames still pending\n"
+    "        replay, their blocks, the end LSN, and whether an incomplete (torn)\n"
+    "        last frame follows them, with the reason.\n"
+    "    The pool is opened read-only and never modified.\n"
+    "\n"
+    "OPTIONS\n"
+    "    --json      machine-readable output: one JSON object; the log summary\n"
+    "                lists every pending frame with its LSN and file offset\n"
+    "    -h, --help  print this text and exit\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0  printed; 1  the pool or its log is bad (what could be read is still\n"
+    "    printed); 2  usage error, or POOL cannot be opened (missing, in use).\n";
+
+static const char *check_usage =
+    "NAME\n"
+    "    mango check - validate Mangosteen pools without modifying them\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    mango check [--quiet] POOL...\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Runs the checks recovery runs, on a read-only mapping:\n"
+    "      - the file size, magic, format version, header checksum, and the\n"
+    "        region table's checksum and bounds;\n"
+    "      - both log head slots (one damaged slot is a warning: recovery uses\n"
+    "        the other; two damaged slots are an error);\n"
+    "      - every committed log frame from the head: checksums, LSN, sequence\n"
+    "        and generation, and that each block address is 32-byte aligned and\n"
+    "        inside a durable region;\n"
+    "      - the durable heap's root in the mirror, as it will be after the\n"
+    "        pending frames are replayed.\n"
+    "    An incomplete last frame (a torn tail: a batch whose commit did not\n"
+    "    finish, so it was never acknowledged) is a warning; recovery discards it.\n"
+    "    A bad frame followed by a committed frame is corruption: an error.\n"
+    "    Prints 'POOL: ok (...)' for each good pool; problems go to stderr.\n"
+    "\n"
+    "OPTIONS\n"
+    "    -q, --quiet  print nothing for good pools (warnings and errors still)\n"
+    "    -h, --help   print this text and exit\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0  every POOL is usable (possibly with warnings)\n"
+    "    1  some POOL is bad: truncated, corrupt or of another format version\n"
+    "    2  usage error, or some POOL could not be read (missing, in use by\n"
+    "       another process, I/O error); the larger status wins\n";
+
+/* ---- small helpers ---- */
+
+static void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "mango%s%s: ", cmd ? " " : "", cmd ? cmd : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\nTry 'mango%s%s --help'.\n", cmd ? " " : "", cmd ? cmd : "");
+    exit(EXIT_USAGE);
+}
+
+static int exit_code_for(int rc)
+{
+    if (rc == MANGO_OK)
+        return EXIT_OK;
+    return rc == MANGO_EBADPOOL ? EXIT_BAD : EXIT_USAGE;
+}
+
+static const char *human(uint64_t v, char *buf, size_t n)
+{
+    static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double d = (double)v;
+    unsigned u = 0;
+    while (d >= 1024 && u < 4) {
+        d /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, n, "%" PRIu64 " B", v);
+    else
+        snprintf(buf, n, "%.*f %s", d == (double)(uint64_t)d ? 0 : 1, d, unit[u]);
+    return buf;
+}
+
+static const char *region_kind_name(uint32_t k)
+{
+    return k == POOL_REGION_HEAP ? "heap" : k == POOL_REGION_DATA ? "data" : "?";
+}
+
+static uint32_t slot_crc(const pool_head_slot *s) { return crc32c(0, s, offsetof(pool_head_slot, crc)); }
+
+static void json_str(FILE *o, const char *s, size_t max)
+{
+    fputc('"', o);
+    for (size_t i = 0; i < max && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '"' || c == '\\')
+            fprintf(o, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", o);
+        else if (c == '\t')
+            fputs("\\t", o);
+        else if (c < 0x20 || c >= 0x7f)
+            fprintf(o, "\\u%04x", c);
+        else
+            fputc(c, o);
+    }
+    fputc('"', o);
+}
+
+/* ---- log scanning shared by inspect and check ---- */
+
+typedef struct frame_info {
+    uint64_t lsn, seq, entries, bytes;
+} frame_info;
+
+typedef struct scan_ctx {
+    const pool *p;
+    /* check: validate entries */
+    bool check_entries;
+    /* the heap root as it will be after replay */
+    const pool_region *heap;
+    dheap_root root;
+    /* inspect: remember frames */
+    bool record;
+    frame_info *frames;
+    size_t nframes, capframes;
+} scan_ctx;
+
+static const pool_region *region_of(const pool *p, uint64_t addr)
+{
+    for (unsigned i = 0; i < p->nregions; i++) {
+        const pool_region *r = &p->regions[i];
+        if (addr >= r->vaddr && addr - r->vaddr < r->size)
+            return r;
+    }
+    return NULL;
+}
+
+static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
+{
+    scan_ctx *c = arg;
+    if (c->check_entries) {
+        for (uint32_t i = 0; i < f->n_entries; i++) {
+            uint64_t a = e[i].addr;
+            if (a % LOG_BLOCK_SIZE)
+                return mango_error(MANGO_EBADPOOL,
+                                   "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
+                                   "address %#" PRIx64 " is not %u-byte aligned",
+                                   f->lsn, f->seq, i, a, LOG_BLOCK_SIZE);
+            if (!region_of(c->p, a))
+                return mango_error(MANGO_EBADPOOL,
+                                   "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
+                                   "%#" PRIx64 " lies outside every durable region",
+                                   f->lsn, f->seq, i, a);
+            /* Replay this block onto our copy of the heap root (heap blocks are
+             * copied whole by the backend). */
+            if (c->heap) {
+                uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
+                if (a + LOG_BLOCK_SIZE > lo && a < hi) {
+                    uint64_t from = a > lo ? a : lo, to = a + LOG_BLOCK_SIZE < hi ? a + LOG_BLOCK_SIZE : hi;
+                    memcpy((char *)&c->root + (from - lo), e[i].data + (from - a), to - from);
+                }
+            }
+        }
+    }
+    if (c->record) {
+        if (c->nframes == c->capframes) {
+            size_t n = c->capframes ? 2 * c->capframes : 256;
+            frame_info *nf = realloc(c->frames, n * sizeof *nf);
+            if (!nf)
+                return mango_error(MANGO_ENOMEM, "out of memory listing log frames");
+            c->frames = nf;
+            c->capframes = n;
+        }
+        c->frames[c->nframes++] = (frame_info){f->lsn, f->seq, f->n_entries, f->frame_bytes};
+    }
+    return 0;
+}
+
+static int scan_log(const pool *p, scan_ctx *c, log_scan_result *res)
+{
+    int rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
+                           p->head.generation, UINT64_MAX, scan_visit, c, res);
+    /* redo_log_scan calls any frame of this generation at the stop position
+     * "torn", including the previous lap's frame there (lsn == pos - log_size)
+     * when the ring was full: that is the clean end of the log, not a tear. */
+    if (rc == MANGO_OK && res->torn_tail) {
+        const log_frame *f = (const log_frame *)(pool_log(p) + res->torn_lsn % p->hdr->log_size);
+        if (f->lsn != res->torn_lsn && f->header_crc == crc32c(0, f, offsetof(log_frame, header_crc)))
+            res->torn_tail = false;
+    }
+    return rc;
+}
+
+/* ---- inspect ---- */
+
+static void print_text(const char *path, const pool *p, const log_scan_result *res, int scan_rc,
+                       const char *scan_err, const scan_ctx *c)
+{
+    const pool_header *h = p->hdr;
+    char b1[32], b2[32], tbuf[64];
+    time_t ct = (time_t)h->create_time;
+    struct tm tm;
+    gmtime_r(&ct, &tm);
+    strftime(tbuf, sizeof tbuf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    printf("pool %s\n", path);
+    printf("header:\n");
+    printf("  format version   %u (header %u bytes)\n", h->version, h->header_size);
+    printf("  pool size        %" PRIu64 " bytes (%s)\n", h->pool_size, human(h->pool_size, b1, sizeof b1));
+    printf("  created mode     %s (%u)\n", persist_mode_name((persist_mode)h->created_mode), h->created_mode);
+    printf("  creation time    %s (%" PRIu64 ")\n", tbuf, h->create_time);
+    printf("  heap             base %#" PRIx64 ", capacity %" PRIu64 " bytes (%s)\n", h->heap_base,
+           h->heap_capacity, human(h->heap_capacity, b1, sizeof b1));
+    printf("  log              offset %#" PRIx64 ", size %" PRIu64 " bytes (%s)\n", h->log_offset,
+           h->log_size, human(h->log_size, b2, sizeof b2));
+    printf("  fingerprint      %016" PRIx64 "\n", h->fingerprint);
+    printf("  fingerprint text ");
+    const char *t = h->fingerprint_text;
+    size_t tl = strnlen(t, POOL_FINGERPRINT_TEXT);
+    for (size_t i = 0; i < tl; i++) {
+        putchar(t[i]);
+        if (t[i] == '\n' && i + 1 < tl)
+            fputs("                   ", stdout);
+    }
+    if (tl == 0 || t[tl - 1] != '\n')
+        putchar('\n');
+    printf("regions: %u\n", p->nregions);
+    printf("  #  kind  vaddr               size                mirror offset       bitmap offset\n");
+    for (unsigned i = 0; i < p->nregions; i++) {
+        const pool_region *r = &p->regions[i];
+        char bm[24] = "-";
+        if (r->kind == POOL_REGION_DATA)
+            snprintf(bm, sizeof bm, "%#" PRIx64, r->bitmap_offset);
+        printf("  %-2u %-5s %#-18" PRIx64 "  %-18" PRIu64 "  %#-18" PRIx64 "  %s\n", i,
+               region_kind_name(r->kind), r->vaddr, r->size, r->mirror_offset, bm);
+    }
+    printf("head slots:\n");
+    for (unsigned i = 0; i < 2; i++) {
+        const pool_head_slot *s = &p->slots[i];
+        bool ok = s->crc == slot_crc(s);
+        printf("  slot %u: %-7s advance %" PRIu64 " head_lsn %" PRIu64 " next_seq %" PRIu64
+               " generation %" PRIu64 " clean %u%s\n",
+               i, ok ? "valid" : "CORRUPT", s->advance, s->head_lsn, s->next_seq, s->generation,
+               s->clean, i == p->head_slot ? "  <- newest" : "");
+    }
+    printf("log (from the newest head, lsn %" PRIu64 "):\n", p->head.head_lsn);
+    printf("  committed frames pending replay  %" PRIu64 "\n", res->frames);
+    printf("  blocks in them                   %" PRIu64 "\n", res->entries);
+    printf("  end lsn                          %" PRIu64 " (%" PRIu64 " bytes of log)\n", res->end_lsn,
+           res->end_lsn - p->head.head_lsn);
+    if (scan_rc == MANGO_OK) {
+        if (res->torn_tail)
+            printf("  torn tail                        yes, at lsn %" PRIu64 " (file offset %#" PRIx64
+                   "): %s\n",
+                   res->torn_lsn, h->log_offset + res->torn_lsn % h->log_size, res->torn_reason);
+        else
+            printf("  torn tail                        no\n");
+    } else {
+        printf("  ERROR                            %s\n", scan_err);
+    }
+    size_t show = c->nframes < 8 ? c->nframes : 8;
+    for (size_t i = 0; i < show; i++)
+        printf("  frame seq %" PRIu64 " lsn %" PRIu64 " file offset %#" PRIx64 ": %" PRIu64
+               " blocks, %" PRIu64 " bytes\n",
+               c->frames[i].seq, c->frames[i].lsn, h->log_offset + c->frames[i].lsn % h->log_size,
+               c->frames[i].entries, c->frames[i].bytes);
+    if (c->nframes > show)
+        printf("  ... %zu more frames (--json lists all)\n", c->nframes - show);
+}
+
+static void print_json(const char *path, const pool *p, const log_scan_result *res, int scan_rc,
+                       const char *scan_err, const scan_ctx *c)
+{
+    const pool_header *h = p->hdr;
+    FILE *o = stdout;
+    fprintf(o, "{\n  \"path\": ");
+    json_str(o, path, SIZE_MAX);
+    fprintf(o, ",\n  \"header\": {\n");
+    fprintf(o, "    \"version\": %u,\n    \"header_size\": %u,\n", h->version, h->header_size);
+    fprintf(o, "    \"pool_size\": %" PRIu64 ",\n", h->pool_size);
+    fprintf(o, "    \"created_mode\": \"%s\",\n    \"created_mode_value\": %u,\n",
+            persist_mode_name((persist_mode)h->created_mode), h->created_mode);
+    fprintf(o, "    \"create_time\": %" PRIu64 ",\n", h->create_time);
+    fprintf(o, "    \"region_count\": %u,\n", h->region_count);
+    fprintf(o, "    \"heap_base\": %" PRIu64 ",\n    \"heap_capacity\": %" PRIu64 ",\n", h->heap_base,
+            h->heap_capacity);
+    fprintf(o, "    \"log_offset\": %" PRIu64 ",\n    \"log_size\": %" PRIu64 ",\n", h->log_offset,
+            h->log_size);
+    fprintf(o, "    \"fingerprint\": \"%016" PRIx64 "\",\n    \"fingerprint_text\": ", h->fingerprint);
+    json_str(o, h->fingerprint_text, POOL_FINGERPRINT_TEXT);
+    fprintf(o, ",\n    \"header_crc\": %u,\n    \"region_table_crc\": %u\n  },\n", h->header_crc,
+            h->region_table_crc);
+    fprintf(o, "  \"regions\": [");
+    for (unsigned i = 0; i < p->nregions; i++) {
+        const pool_region *r = &p->regions[i];
+        fprintf(o, "%s\n    {\"index\": %u, \"kind\": \"%s\", \"vaddr\": %" PRIu64 ", \"size\": %" PRIu64
+                   ", \"mirror_offset\": %" PRIu64 ", \"bitmap_offset\": %" PRIu64 "}",
+                i ? "," : "", i, region_kind_name(r->kind), r->vaddr, r->size, r->mirror_offset,
+                r->kind == POOL_REGION_DATA ? r->bitmap_offset : 0);
+    }
+    fprintf(o, "\n  ],\n  \"head_slots\": [");
+    for (unsigned i = 0; i < 2; i++) {
+        const pool_head_slot *s = &p->slots[i];
+        fprintf(o, "%s\n    {\"index\": %u, \"offset\": %u, \"valid\": %s, \"newest\": %s, \"advance\": %" PRIu64
+                   ", \"head_lsn\": %" PRIu64 ", \"next_seq\": %" PRIu64 ", \"generation\": %" PRIu64
+                   ", \"clean\": %u}",
+                i ? "," : "", i, POOL_HEAD_OFFSET + i * (unsigned)sizeof *s,
+                s->crc == slot_crc(s) ? "true" : "false", i == p->head_slot ? "true" : "false",
+                s->advance, s->head_lsn, s->next_seq, s->generation, s->clean);
+    }
+    fprintf(o, "\n  ],\n  \"slot_damaged\": %s,\n", p->slot_damaged ? "true" : "false");
+    fprintf(o, "  \"log\": {\n    \"head_lsn\": %" PRIu64 ",\n    \"head_seq\": %" PRIu64
+               ",\n    \"generation\": %" PRIu64 ",\n",
+            p->head.head_lsn, p->head.next_seq, p->head.generation);
+    fprintf(o, "    \"committed_frames\": %" PRIu64 ",\n    \"blocks\": %" PRIu64 ",\n", res->frames,
+            res->entries);
+    fprintf(o, "    \"end_lsn\": %" PRIu64 ",\n    \"next_seq\": %" PRIu64 ",\n", res->end_lsn,
+            res->next_seq);
+    fprintf(o, "    \"torn_tail\": %s,\n", scan_rc == MANGO_OK && res->torn_tail ? "true" : "false");
+    if (scan_rc == MANGO_OK && res->torn_tail) {
+        fprintf(o, "    \"torn_lsn\": %" PRIu64 ",\n    \"torn_offset\": %" PRIu64 ",\n    \"torn_reason\": ",
+                res->torn_lsn, h->log_offset + res->torn_lsn % h->log_size);
+        json_str(o, res->torn_reason, sizeof res->torn_reason);
+        fprintf(o, ",\n");
+    }
+    fprintf(o, "    \"corrupt\": %s,\n", scan_rc != MANGO_OK ? "true" : "false");
+    if (scan_rc != MANGO_OK) {
+        fprintf(o, "    \"error\": ");
+        json_str(o, scan_err, SIZE_MAX);
+        fprintf(o, ",\n");
+    }
+    fprintf(o, "    \"frames\": [");
+    for (size_t i = 0; i < c->nframes; i++) {
+        const frame_info *f = &c->frames[i];
+        fprintf(o, "%s\n      {\"lsn\": %" PRIu64 ", \"offset\": %" PRIu64 ", \"seq\": %" PRIu64
+                   ", \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
+                i ? "," : "", f->lsn, h->log_offset + f->lsn % h->log_size, f->seq, f->entries, f->bytes);
+    }
+    fprintf(o, "%s]\n  }\n}\n", c->nframes ? "\n    " : "");
+}
+
+static int cmd_inspect(int argc, char **argv)
+{
+    static const struct option lo[] = {{"json", 0, 0, 'j'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    bool json = false;
+    int ch;
+    opterr = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'j': json = true; break;
+        case 'h': fputs(inspect_usage, stdout); exit(EXIT_OK);
+        default: usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        usage_error("inspect", "missing POOL");
+    if (optind + 1 < argc)
+        usage_error("inspect", "unexpected argument '%s'", argv[optind + 1]);
+    const char *path = argv[optind];
+
+    pool p;
+    int rc = pool_open(&p, path, 0, false);
+    if (rc != MANGO_OK) {
+        fprintf(stderr, "mango: %s\n", mango_last_error());
+        return exit_code_for(rc);
+    }
+    scan_ctx c = {.p = &p, .record = true};
+    log_scan_result res;
+    int scan_rc = scan_log(&p, &c, &res);
+    char scan_err[1024] = "";
+    if (scan_rc != MANGO_OK)
+        snprintf(scan_err, sizeof scan_err, "%s", mango_last_error());
+    if (json)
+        print_json(path, &p, &res, scan_rc, scan_err, &c);
+    else
+        print_text(path, &p, &res, scan_rc, scan_err, &c);
+    fflush(stdout);
+    if (scan_rc != MANGO_OK)
+        fprintf(stderr, "mango: %s: %s\n", path, scan_err);
+    free(c.frames);
+    pool_close(&p);
+    return exit_code_for(scan_rc);
+}
+
+/* ---- check ---- */
+
+static int check_one(const char *path, bool quiet)
+{
+    pool p;
+    int rc = pool_open(&p, path, 0, false);
+    if (rc != MANGO_OK) {
+        fprintf(stderr, "mango: %s\n", mango_last_error());
+        return exit_code_for(rc);
+    }
+    if (p.slot_damaged)
+        fprintf(stderr, "mango: warning: %s: log head slot %u is corrupt; recovery will use slot %u "
+                        "(advance %" PRIu64 ")\n",
+                path, 1 - p.head_slot, p.head_slot, p.head.advance);
+
+    scan_ctx c = {.p = &p, .check_entries = true};
+    c.heap = pool_find_region(&p, POOL_REGION_HEAP);
+    if (c.heap && c.heap->size < sizeof(dheap_root))
+        c.heap = NULL;
+    if (c.heap)
+        memcpy(&c.root, p.base + c.heap->mirror_offset, sizeof c.root);
+    log_scan_result res;
+    rc = scan_log(&p, &c, &res);
+    if (rc != MANGO_OK) {
+        fprintf(stderr, "mango: %s: %s\n", path, mango_last_error());
+        pool_close(&p);
+        return exit_code_for(rc);
+    }
+    if (res.torn_tail)
+        fprintf(stderr, "mango: warning: %s: torn tail at lsn %" PRIu64 " (%s): an unacknowledged "
+                        "batch whose commit did not finish; recovery will discard it\n",
+                path, res.torn_lsn, res.torn_reason);
+
+    uint64_t extent = 0;
+    if (c.heap && c.root.magic != 0) {
+        extent = dheap_extent_of_root(&c.root, c.heap->size);
+        if (extent == 0) {
+            fprintf(stderr, "mango: %s: the durable heap root in the mirror (offset %#" PRIx64 ") is "
+                            "invalid%s\n",
+                    path, c.heap->mirror_offset, res.frames ? " after replaying the pending log" : "");
+            pool_close(&p);
+            return EXIT_BAD;
+        }
+    }
+    if (!quiet) {
+        char b1[32], b2[32], b3[32], b4[48];
+        snprintf(b4, sizeof b4, "%s in use", human(extent, b3, sizeof b3));
+        printf("%s: ok (format %u, %s, %u regions, log %s: %" PRIu64 " committed frame%s pending "
+               "replay, %s%s; heap %s; %s)\n",
+               path, p.hdr->version, human(p.hdr->pool_size, b1, sizeof b1), p.nregions,
+               human(p.hdr->log_size, b2, sizeof b2), res.frames, res.frames == 1 ? "" : "s",
+               res.torn_tail ? "torn tail" : "no torn tail", p.slot_damaged ? ", one head slot damaged" : "",
+               extent ? b4 : "empty",
+               p.head.clean && res.frames == 0 ? "clean shutdown" : "needs recovery");
+    }
+    pool_close(&p);
+    return EXIT_OK;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    static const struct option lo[] = {{"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    bool quiet = false;
+    int ch;
+    opterr = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":qh", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'q': quiet = true; break;
+        case 'h': fputs(check_usage, stdout); exit(EXIT_OK);
+        default: usage_error("check", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind >= argc)
+        usage_error("check", "missing POOL");
+    int worst = EXIT_OK;
+    for (int i = optind; i < argc; i++) {
+        int r = check_one(argv[i], quiet);
+        if (r > worst)
+            worst = r;
+    }
+    return worst;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        usage_error(NULL, "missing COMMAND");
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help")) {
+        fputs(main_usage, stdout);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "-V") || !strcmp(cmd, "--version")) {
+        printf("mango %d.%d (pool format %u)\n", MANGO_VERSION_MAJOR, MANGO_VERSION_MINOR,
+               POOL_FORMAT_VERSION);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "help")) {
+        if (argc > 3)
+            usage_error(NULL, "unexpected argument '%s'", argv[3]);
+        if (argc == 2)
+            fputs(main_usage, stdout);
+        else if (!strcmp(argv[2], "inspect"))
+            fputs(inspect_usage, stdout);
+        else if (!strcmp(argv[2], "check"))
+            fputs(check_usage, stdout);
+        else
+            usage_error(NULL, "unknown command '%s'", argv[2]);
+        return EXIT_OK;
+    }
+    if (!strcmp(cmd, "inspect"))
+        return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "check"))
+        return cmd_check(argc - 1, argv + 1);
+    if (cmd[0] == '-')
+        usage_error(NULL, "unknown option '%s'", cmd);
+    usage_error(NULL, "unknown command '%s'", cmd);
+    return EXIT_USAGE;
+}
