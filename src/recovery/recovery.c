@@ -33,6 +33,28 @@ static int validate_visit(void *arg, const log_frame *f, const log_entry *e)
     return backend_check_frame(arg, f, e);
 }
 
+/* The heap root as it will be after replay: the mirror's bytes with every
+ * pending block that overlaps the root applied to a private copy. */
+typedef struct root_preview {
+    const pool_region *heap;
+    dheap_root root;
+} root_preview;
+
+static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
+{
+    root_preview *rp = arg;
+    uint64_t lo = rp->heap->vaddr, hi = lo + sizeof rp->root;
+    for (uint32_t i = 0; i < f->n_entries; i++) {
+        uint64_t a = e[i].addr;
+        if (a + LOG_BLOCK_SIZE <= lo || a >= hi)
+            continue;
+        for (unsigned b = 0; b < LOG_BLOCK_SIZE; b++)
+            if (a + b >= lo && a + b < hi)
+                ((char *)&rp->root)[a + b - lo] = (char)e[i].data[b];
+    }
+    return MANGO_OK;
+}
+
 int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t *next_seq,
                     uint64_t *generation)
 {
@@ -46,6 +68,18 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     if (rc != MANGO_OK)
         return rc;
     uint64_t valid_end = res.end_lsn;
+    const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
+    if (heap) {
+        root_preview rp = {.heap = heap};
+        memcpy(&rp.root, p->base + heap->mirror_offset, sizeof rp.root);
+        redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
+                      p->head.generation, valid_end, preview_visit, &rp, &res);
+        if (rp.root.magic != 0 && dheap_extent_of_root(&rp.root, heap->size) == 0)
+            return mango_error(MANGO_EBADPOOL,
+                               "the durable heap root in the pool is corrupt (magic %#llx, top %#llx); "
+                               "refusing to recover", (unsigned long long)rp.root.magic,
+                               (unsigned long long)rp.root.top);
+    }
     rep->torn_tail = res.torn_tail;
     rep->torn_lsn = res.torn_lsn;
     rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
