@@ -133,6 +133,7 @@ typedef struct mango_stats {
     uint64_t backend_syncs;
     uint64_t overflow_blocks;/* blocks that went to the dedup overflow buffer */
     uint64_t log_full_waits; /* times the combiner waited for log space */
+    uint64_t commit_ns_total;/* time spent writing + syncing frames */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

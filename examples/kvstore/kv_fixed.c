@@ -30,6 +30,12 @@ bool kv_fixed_is_read_only(void *arg) { return ((kv_fixed_cmd *)arg)->op == KV_G
 void kv_fixed_process(void *arg)
 {
     kv_fixed_cmd *c = arg;
+    if (c->op == KV_FILL) {
+        for (uint32_t i = 0; i < store_n; i++)
+            dw_copy(store + (size_t)i * store_vsize, c->value, store_vsize);
+        c->status = 0;
+        return;
+    }
     if (c->index >= store_n || c->client >= KV_MAX_CLIENTS) {
         c->status = -1;
         return;

@@ -11,14 +11,14 @@
 
 #define KV_MAX_CLIENTS 64
 
-enum kv_op { KV_GET = 1, KV_PUT = 2 };
+enum kv_op { KV_GET = 1, KV_PUT = 2, KV_FILL = 3 /* bulk load: every value := fill pattern */ };
 
 typedef struct kv_fixed_cmd {
     int op;
     uint32_t index;
     uint32_t client;   /* < KV_MAX_CLIENTS */
     uint64_t seq;      /* PUT: client's request number, recorded durably */
-    const char *value; /* PUT: value_size bytes */
+    const char *value; /* PUT: value_size bytes; FILL: one value copied everywhere */
     char *out;         /* GET: value_size bytes of output */
     int status;        /* 0 ok, -1 bad index */
 } kv_fixed_cmd;

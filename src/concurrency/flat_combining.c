@@ -46,10 +46,12 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "concurrency/futex_wait.h"
 #include "mango.h"
@@ -79,6 +81,8 @@ struct fc {
     _Alignas(FC_CACHELINE) fc_hooks hooks;
     unsigned max_threads;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
+    unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
+    unsigned decay_tick;
 
     fc_slot slots[];
 };
@@ -194,11 +198,50 @@ static int hook_end(fc *f)
     return f->hooks.batch_end ? f->hooks.batch_end(f->hooks.arg) : 0;
 }
 
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Group commit: when the batch's commit will be expensive, give writers that
+ * are still waking up from the previous batch a moment to publish, until the
+ * batch is as large as the recent largest one or the window closes. Yielding
+ * (not spinning) hands the CPU to them: these machines have 2 cores. */
+static unsigned gather(fc *f, unsigned n)
+{
+    unsigned target = f->recent_max;
+    if (n >= target || !f->hooks.gather_window_ns)
+        return n;
+    uint64_t win = f->hooks.gather_window_ns(f->hooks.arg);
+    if (win == 0)
+        return n;
+    uint64_t deadline = mono_ns() + win;
+    while (n < target && mono_ns() < deadline) {
+        sched_yield();
+        n += collect_ready(f);
+    }
+    return n;
+}
+
+static void note_batch_size(fc *f, unsigned n)
+{
+    /* The largest recent batch, decaying by one every 16 batches so the
+     * target follows a shrinking load. */
+    if (n > f->recent_max)
+        f->recent_max = n;
+    else if (++f->decay_tick % 16 == 0 && f->recent_max > 1)
+        f->recent_max--;
+}
+
 /* Called with wrflag held; releases it. */
 static void combine(fc *f)
 {
     unsigned n = drain_readers(f, true);
     if (n > 0) {
+        n = gather(f, n);
+        note_batch_size(f, n);
         int r = hook_begin(f, n);
         if (r == 0) {
             for (unsigned j = 0; j < f->max_threads; j++) {
@@ -323,8 +366,10 @@ int fc_execute(fc *f, void *ctx)
         if (i == FW_SPIN_ITERS) {
             /* While READY we sleep on wrflag, not on status: a combiner that
              * takes us marks DONE before it clears wrflag, so the clear's wake
-             * covers both outcomes. */
-            fw_sleep_while_eq(&f->wrflag, &f->wrwaiters, 1);
+             * covers both outcomes. Sleep only once per wake-up: the next
+             * combiner may already hold wrflag again, and our command may be
+             * DONE, so the loop must recheck status before sleeping again. */
+            fw_sleep_once_if_eq(&f->wrflag, &f->wrwaiters, 1);
         }
     }
     int r = s->result;

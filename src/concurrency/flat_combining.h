@@ -12,6 +12,7 @@
 #define MANGO_FLAT_COMBINING_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 typedef struct fc_hooks {
     bool (*is_read_only)(void *ctx);
@@ -22,6 +23,9 @@ typedef struct fc_hooks {
     /* Called by the combiner after the batch ran (end_tx: makes it durable).
      * Its return value is handed to every command of the batch. */
     int (*batch_end)(void *arg);
+    /* Optional group commit: how long (ns) the combiner may wait for more
+     * commands before starting a batch smaller than recent ones. 0: never. */
+    uint64_t (*gather_window_ns)(void *arg);
     void *arg;
 } fc_hooks;
 

@@ -82,6 +82,18 @@ static inline void fw_sleep_while_eq(_Atomic uint32_t *word,
     atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
 }
 
+/* Sleep once (no spinning) while *word == v: returns after one wake-up (or at
+ * once if *word already differs), so the caller can recheck other state that
+ * the waker changed before it changed *word. */
+static inline void fw_sleep_once_if_eq(_Atomic uint32_t *word,
+                                       _Atomic uint32_t *waiters, uint32_t v)
+{
+    atomic_fetch_add_explicit(waiters, 1, memory_order_seq_cst);
+    if (atomic_load_explicit(word, memory_order_seq_cst) == v)
+        fw_futex_wait(word, v);
+    atomic_fetch_sub_explicit(waiters, 1, memory_order_relaxed);
+}
+
 /* Wait until *word != v: bounded spin, then futex sleep. */
 static inline void fw_wait_while_eq(_Atomic uint32_t *word,
                                     _Atomic uint32_t *waiters, uint32_t v)

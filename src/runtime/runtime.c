@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/durable_heap.h"
@@ -49,8 +50,9 @@ typedef struct runtime {
     void *heap;
     size_t heap_size;
     _Atomic int failed; /* MANGO_E* after a fatal error: no more writes */
+    uint64_t commit_ns_ewma; /* average commit (write + sync) time, for group commit */
     /* stats (written by the combiner only, read racily) */
-    uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs;
+    uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns;
 } runtime;
 
 static runtime rt;
@@ -97,6 +99,23 @@ static int resolve_pool_path(const mango_config *cfg, char *out, size_t len)
 }
 
 /* ---- batch hooks ---- */
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Group commit window: worth waiting for more commands only when a commit
+ * costs real time (fs mode); never more than half a commit, at most 1 ms. */
+static uint64_t gather_window(void *arg)
+{
+    uint64_t c = rt.commit_ns_ewma;
+    if (c < 20000)
+        return 0;
+    return c / 2 < 1000000 ? c / 2 : 1000000;
+}
 
 static void put_block(void *arg, uintptr_t block, uint32_t mask)
 {
@@ -146,9 +165,13 @@ static int batch_end(void *arg)
     }
     dedup_for_each(rt.set, put_block, &w);
     dedup_clear(rt.set);
+    uint64_t t0 = now_ns();
     rc = redo_log_commit(&rt.log, &w);
     if (rc != MANGO_OK)
         return fail(rc);
+    uint64_t dt = now_ns() - t0;
+    rt.commit_ns += dt;
+    rt.commit_ns_ewma = rt.commit_ns_ewma ? (rt.commit_ns_ewma * 7 + dt) / 8 : dt;
     rt.log_blocks += n;
     rt.log_bytes += w.bytes;
     rt.commit_syncs++;
@@ -322,6 +345,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         .process = cb->process_request,
         .batch_begin = batch_begin,
         .batch_end = batch_end,
+        .gather_window_ns = gather_window,
     };
     int rc = fc_create(&rt.fc, cfg.max_threads, &hooks);
     if (rc) {
@@ -387,5 +411,6 @@ void mango_get_stats(mango_stats *out)
     out->overflow_blocks = rt.overflow_blocks;
     out->log_full_waits = rt.log.full_waits;
     out->frontend_syncs = rt.commit_syncs;
+    out->commit_ns_total = rt.commit_ns;
     out->backend_syncs = rt.backend.syncs;
 }
