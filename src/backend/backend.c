@@ -1,7 +1,9 @@
 /* backend.c -- the backend thread and the frame-apply function (backend.h). */
 #include "backend/backend.h"
 
+#include <errno.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/error.h"
 
@@ -92,6 +94,18 @@ static int backend_round(backend *b, uint64_t committed)
     return MANGO_OK;
 }
 
+/* Bytes of committed, unapplied log that make the frontend wake the backend
+ * early; below that the backend applies every APPLY_INTERVAL_NS. Lazy on
+ * purpose: a wake-up per commit would cost more than the commit itself. */
+#define APPLY_INTERVAL_NS 1000000ull
+
+static bool has_pressure(backend *b, uint64_t committed)
+{
+    redo_log *l = b->log;
+    return committed - b->applied_lsn >= b->wake_bytes || atomic_load(&l->space_waiters) ||
+           atomic_load(&b->stop);
+}
+
 static void *backend_main(void *arg)
 {
     backend *b = arg;
@@ -106,26 +120,53 @@ static void *backend_main(void *arg)
                 redo_log_release(l, atomic_load(&l->reusable_lsn)); /* wake waiters to fail */
                 return NULL;
             }
-            continue;
         }
-        /* Idle. If the frontend waits for space that only lags because the
-         * older head slot still names an older head, rewrite the head once. */
-        if (l->space_waiters && b->pool->older_head_lsn != b->applied_lsn) {
+        /* If the frontend waits for space that only lags because the older
+         * head slot still names an older head, rewrite the head once. */
+        if (atomic_load(&l->space_waiters) && b->pool->older_head_lsn != b->applied_lsn) {
             int rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, l->generation, false);
             b->syncs++;
             if (rc == MANGO_OK)
                 redo_log_release(l, b->pool->older_head_lsn);
             continue;
         }
-        if (atomic_load(&b->stop))
+        if (atomic_load(&b->stop) && atomic_load(&l->committed_lsn) == b->applied_lsn)
             return NULL;
+        /* Sleep: untimed when there is nothing to apply (idle costs nothing),
+         * otherwise until the apply interval passes or pressure builds. */
         pthread_mutex_lock(&b->mu);
-        atomic_store(&b->sleeping, 1);
-        while (!atomic_load(&b->stop) &&
-               atomic_load(&l->committed_lsn) == b->applied_lsn &&
-               !(l->space_waiters && b->pool->older_head_lsn != b->applied_lsn))
-            pthread_cond_wait(&b->cv, &b->mu);
-        atomic_store(&b->sleeping, 0);
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += (long)APPLY_INTERVAL_NS;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        for (;;) {
+            uint64_t c = atomic_load(&l->committed_lsn);
+            if (has_pressure(b, c))
+                break;
+            if (c == b->applied_lsn) {
+                atomic_store(&b->sleeping, BACKEND_IDLE);
+                if (atomic_load(&l->committed_lsn) != c)
+                    continue; /* a commit raced with going idle */
+                pthread_cond_wait(&b->cv, &b->mu);
+                atomic_store(&b->sleeping, BACKEND_AWAKE);
+                /* New work: start the apply interval from now. */
+                clock_gettime(CLOCK_MONOTONIC, &until);
+                until.tv_nsec += (long)APPLY_INTERVAL_NS;
+                if (until.tv_nsec >= 1000000000L) {
+                    until.tv_sec++;
+                    until.tv_nsec -= 1000000000L;
+                }
+                continue;
+            }
+            atomic_store(&b->sleeping, BACKEND_TIMED);
+            int w = pthread_cond_timedwait(&b->cv, &b->mu, &until);
+            atomic_store(&b->sleeping, BACKEND_AWAKE);
+            if (w == ETIMEDOUT)
+                break;
+        }
         pthread_mutex_unlock(&b->mu);
     }
 }
@@ -145,8 +186,13 @@ int backend_start(backend *b, pool *p, redo_log *log)
     b->log = log;
     b->applied_lsn = atomic_load(&log->committed_lsn);
     b->applied_seq = log->next_seq;
+    b->wake_bytes = log->cap / 8;
     pthread_mutex_init(&b->mu, NULL);
-    pthread_cond_init(&b->cv, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&b->cv, &ca);
+    pthread_condattr_destroy(&ca);
     log->kick = backend_kick;
     log->kick_arg = b;
     if (pthread_create(&b->thread, NULL, backend_main, b) != 0)
@@ -157,7 +203,11 @@ int backend_start(backend *b, pool *p, redo_log *log)
 
 void backend_notify(backend *b)
 {
-    if (atomic_load(&b->sleeping)) {
+    int st = atomic_load(&b->sleeping);
+    if (st == BACKEND_IDLE ||
+        (st == BACKEND_TIMED &&
+         atomic_load_explicit(&b->log->committed_lsn, memory_order_relaxed) - b->applied_lsn >=
+             b->wake_bytes)) {
         pthread_mutex_lock(&b->mu);
         pthread_cond_signal(&b->cv);
         pthread_mutex_unlock(&b->mu);

@@ -1,7 +1,8 @@
 /* backend.h -- applies committed log frames to the pool's persistent mirror.
  *
- * One thread. It sleeps on a condition variable while the log is empty, wakes
- * when the frontend commits, applies every committed frame (32-byte blocks to
+ * One thread, lazy on purpose: it sleeps (untimed) while the log is empty; after
+ * a commit it applies every millisecond, or at once when an eighth of the log is
+ * waiting or the frontend waits for space. It applies every committed frame (32-byte blocks to
  * the heap mirror; masked bytes plus the written-bytes bitmap for .data/.bss),
  * syncs the mirror, then persists the new log head and releases log space.
  * Two syncs per round, however many batches the round covers.
@@ -16,6 +17,8 @@
 #include "log/redo_log.h"
 #include "pool/pool.h"
 
+enum { BACKEND_AWAKE = 0, BACKEND_TIMED = 1, BACKEND_IDLE = 2 };
+
 typedef struct backend {
     pool *pool;
     redo_log *log;
@@ -23,9 +26,10 @@ typedef struct backend {
     bool started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    _Atomic int sleeping;
+    _Atomic int sleeping; /* BACKEND_AWAKE / _TIMED / _IDLE */
+    uint64_t wake_bytes;  /* unapplied log that makes the frontend wake us */
     _Atomic int stop;
-    uint64_t applied_lsn;
+    _Atomic uint64_t applied_lsn; /* read by backend_notify on the frontend */
     uint64_t applied_seq;
     _Atomic int error; /* MANGO_E* once the backend failed */
     uint64_t rounds;

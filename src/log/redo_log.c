@@ -214,8 +214,10 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
     memset(out, 0, sizeof *out);
     uint64_t pos = from_lsn, seq = from_seq;
     while (pos < limit_lsn) {
-        const log_frame *f = frame_at(ring, cap, pos, seq, generation, true, out->torn_reason,
-                                      sizeof out->torn_reason);
+        /* The backend scans only frames this process committed (limit set):
+         * their payload is known to be whole, so skip its checksum. */
+        const log_frame *f = frame_at(ring, cap, pos, seq, generation, limit_lsn == UINT64_MAX,
+                                      out->torn_reason, sizeof out->torn_reason);
         if (!f) {
             if (limit_lsn != UINT64_MAX) {
                 /* The backend only scans what the frontend committed: never torn. */
