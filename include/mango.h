@@ -117,6 +117,11 @@ int mango_client_cmd(void *ctx);
  * read-write commands. The compiler plugin emits these automatically. */
 void mango_capture(const void *addr, size_t len);
 
+/* ABI for the mango-cc compiler plugin: true on a thread while it runs a
+ * read-write batch. Instrumented stores test it inline and call
+ * mango_capture() only when it is set. */
+extern __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
+
 /* True while the calling thread executes read-write commands. */
 bool mango_in_rw_command(void);
 

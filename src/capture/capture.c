@@ -3,7 +3,7 @@
 
 #include "mango.h"
 
-__thread bool capture_active __attribute__((tls_model("initial-exec")));
+__thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 
 static unsigned n_ranges;
 static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
@@ -31,20 +31,20 @@ bool capture_is_durable(uintptr_t addr, size_t len)
 void capture_begin(dedup_set *set)
 {
     current_set = set;
-    capture_active = true;
+    mango_capture_active = true;
 }
 
 void capture_end(void)
 {
-    capture_active = false;
+    mango_capture_active = false;
     current_set = NULL;
 }
 
-bool mango_in_rw_command(void) { return capture_active; }
+bool mango_in_rw_command(void) { return mango_capture_active; }
 
 void mango_capture(const void *addr, size_t len)
 {
-    if (!capture_active || len == 0)
+    if (!mango_capture_active || len == 0)
         return;
     uintptr_t lo = (uintptr_t)addr, hi = lo + len;
     for (unsigned i = 0; i < n_ranges; i++) {

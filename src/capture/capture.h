@@ -1,6 +1,6 @@
 /* capture.h -- the capture entry point: which stores are recorded, and where.
  *
- * While a thread runs a read-write batch, capture_active is true on it and
+ * While a thread runs a read-write batch, mango_capture_active is true on it and
  * every reported store whose bytes fall inside a durable range (the durable
  * heap, the executable's .data/.bss) is added to the combiner's dedup set.
  * Stores to anything else (stack, transient heap, libraries) are dropped.
@@ -15,7 +15,7 @@
 
 #define CAPTURE_MAX_RANGES 8
 
-extern __thread bool capture_active __attribute__((tls_model("initial-exec")));
+extern __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 
 /* Durable ranges, set once at init (before any batch). */
 void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi);
