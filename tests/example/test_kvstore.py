@@ -93,3 +93,18 @@ def test_help_and_bad_usage():
     assert r.returncode == 2 and "unknown command" in r.stderr
     r = kv("run", "--mode", "warp", check=False)
     assert r.returncode == 2 and "unknown mode" in r.stderr
+
+
+def test_tiny_log_wraps_and_fills(pool):
+    """A 256 KiB log under 4 writers wraps thousands of times and fills up:
+    the combiner must wait for the backend (log_full_waits) and nothing may be
+    lost across the waits and the PAD frames."""
+    out = kv("run", "--pool", pool, "--mode", "emulated", "--threads", "4", "--update-pct", "100",
+             "--seconds", "0.5", "--values", "1000", "--log-size", "256K").stdout
+    puts = int(re.search(r"puts=(\d+)", out).group(1))
+    log_bytes = float(re.search(r"log_bytes_per_update=([\d.]+)", out).group(1)) * puts
+    assert log_bytes > 20 * 256 * 1024, out  # wrapped many times
+    assert int(re.search(r"log_full_waits=(\d+)", out).group(1)) > 0, out
+    out2 = kv("run", "--pool", pool, "--mode", "emulated", "--threads", "1", "--update-pct", "0",
+              "--seconds", "0.05", "--values", "1000", "--log-size", "256K").stdout
+    assert "status=RECOVERED" in out2
