@@ -12,6 +12,7 @@
 static char *store;
 static uint32_t store_n, store_vsize;
 static uint64_t client_seq[KV_MAX_CLIENTS];
+static uint64_t total_puts; /* every PUT adds 1: equals the sum of client_seq */
 
 void kv_fixed_init(void *arg)
 {
@@ -46,6 +47,7 @@ void kv_fixed_process(void *arg)
     } else {
         dw_copy(slot, c->value, store_vsize);
         DW_SET(client_seq[c->client], c->seq);
+        DW_SET(total_puts, total_puts + 1);
     }
     c->status = 0;
 }
@@ -54,3 +56,4 @@ uint32_t kv_fixed_n_values(void) { return store_n; }
 uint32_t kv_fixed_value_size(void) { return store_vsize; }
 const char *kv_fixed_value(uint32_t index) { return store + (size_t)index * store_vsize; }
 uint64_t kv_fixed_client_seq(uint32_t client) { return client_seq[client]; }
+uint64_t kv_fixed_total_puts(void) { return total_puts; }

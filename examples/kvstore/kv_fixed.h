@@ -38,5 +38,8 @@ uint32_t kv_fixed_n_values(void);
 uint32_t kv_fixed_value_size(void);
 const char *kv_fixed_value(uint32_t index);
 uint64_t kv_fixed_client_seq(uint32_t client);
+/* PUTs applied in total; clients number their PUTs 1, 2, ... so this equals
+ * the sum of kv_fixed_client_seq() unless a batch was half-applied. */
+uint64_t kv_fixed_total_puts(void);
 
 #endif

@@ -534,6 +534,16 @@ static int run_verify(uint64_t *lost_out, uint64_t *torn_out)
         for (uint64_t q = 1; q <= s; q++)
             last[kvw_index(t, q, O.threads, O.values)] = q;
     }
+    /* Across clients: a batch holding several clients' PUTs must be applied
+     * whole, so the total count must match the per-client sequences. */
+    uint64_t sum = 0;
+    for (uint32_t t = 0; t < KV_MAX_CLIENTS; t++)
+        sum += kv_fixed_client_seq(t);
+    if (sum != kv_fixed_total_puts()) {
+        beyond++;
+        fprintf(stderr, "verify: total_puts %" PRIu64 " != sum of client sequences %" PRIu64
+                        " (a batch was half-applied across clients)\n", kv_fixed_total_puts(), sum);
+    }
     for (uint32_t i = 0; i < O.values; i++) {
         uint32_t t = i % O.threads;
         const char *v = kv_fixed_value(i);
