@@ -2,12 +2,42 @@
 #include "persist/persist.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 static persist_observer_fn observer;
 static _Atomic uint64_t sync_count;
+
+/* ---- fault injection (tests) ----
+ * MANGO_FAULT_SYNC=N[:EIO|ENOSPC]  the N-th sync of the process fails with
+ *                                  that error (EIO by default) and writes
+ *                                  nothing: the worst case of a failed msync.
+ * MANGO_FAULT_SHORT_WRITES=1       sim mode: every pwrite stores at most half
+ *                                  of what it was asked (exercises the loop). */
+static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
+static long long fault_sync_at = -1; /* -1: off */
+static int fault_sync_errno = EIO;
+static int fault_short_writes;
+
+static void read_fault_env(void)
+{
+    const char *v = getenv("MANGO_FAULT_SYNC");
+    if (v && *v) {
+        char *end;
+        long long n = strtoll(v, &end, 10);
+        if (n > 0) {
+            fault_sync_at = n;
+            if (*end == ':' && strcmp(end + 1, "ENOSPC") == 0)
+                fault_sync_errno = ENOSPC;
+        }
+    }
+    const char *sw = getenv("MANGO_FAULT_SHORT_WRITES");
+    fault_short_writes = sw && *sw && strcmp(sw, "0") != 0;
+}
 
 #define LINE 64u
 
@@ -128,7 +158,15 @@ void persist_fence(persist_domain *d, const char *where)
 int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
 {
     int rc = 0;
-    atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed);
+    uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
+    pthread_once(&fault_once, read_fault_env);
+    if (fault_sync_at > 0 && nth == (uint64_t)fault_sync_at) {
+        r->n = 0;
+        d->failed = true;
+        if (observer)
+            observer(PERSIST_EV_SYNC, NULL, 0, where);
+        return -fault_sync_errno;
+    }
     if (d->mode == PERSIST_FS) {
         for (unsigned i = 0; i < r->n && rc == 0; i++)
             if (msync((void *)r->lo[i], r->hi[i] - r->lo[i], MS_SYNC) != 0)
@@ -139,7 +177,8 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
             off_t off = (off_t)(r->lo[i] - (uintptr_t)d->base);
             const char *src = (const char *)r->lo[i];
             while (len > 0) {
-                ssize_t w = pwrite(d->fd, src, len, off);
+                size_t ask = fault_short_writes && len > 1 ? len / 2 : len;
+                ssize_t w = pwrite(d->fd, src, ask, off);
                 if (w < 0) {
                     if (errno == EINTR)
                         continue;
