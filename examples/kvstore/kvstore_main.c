@@ -29,6 +29,7 @@
 #include "kv_fixed.h"
 #include "kv_hashmap.h"
 #include "kv_workload.h"
+#include "kvstore_driver.h"
 #include "mango.h"
 
 static const char *usage_text =
@@ -47,6 +48,10 @@ static const char *usage_text =
     "               verify; prints 'rounds=N acked=M lost=L torn=T' last\n"
     "  hashmap      the hash-map variant: --ops random PUT/GET/DEL, then a check;\n"
     "               a second run recovers and checks the map again\n"
+    "  powerfail    simulated power failures: follow every store, flush and sync to\n"
+    "               the pool, cut --images crash images at ordering points (unfenced\n"
+    "               words kept at random), recover and verify each; prints\n"
+    "               'images=N violations=V' last\n"
     "\n"
     "Options:\n"
     "  --pool PATH        pool file (default $MANGO_POOL or /dev/shm/mango-kvstore.pool)\n"
@@ -64,24 +69,19 @@ static const char *usage_text =
     "  --rounds N         crash-test rounds (default 50)\n"
     "  --min-ms/--max-ms  crash-test: kill between these delays (default 30/400)\n"
     "  --seed N           random seed (default: time)\n"
+    "  --images N         powerfail: crash images to check (default 500)\n"
+    "  --recovery-crashes powerfail: also cut one image in four inside its recovery\n"
     "  --quiet            less output\n"
     "\n"
     "Exit status: 0 success; 1 verification failure (lost or torn data); 2 usage or\n"
     "runtime error.\n";
 
-typedef struct opts {
-    const char *cmd, *pool, *ack;
-    mango_persist_mode mode;
-    size_t pool_size, log_size;
-    unsigned threads, rounds, update_pct, min_ms, max_ms;
-    uint32_t values, value_size;
-    double seconds;
-    uint64_t ops, seed;
-    bool quiet, seconds_set;
-    char self[4096];
-} opts;
 
-static opts O;
+
+opts O;
+
+static void die_usage(const char *fmt, const char *arg);
+void die_usage_msg(const char *msg) { die_usage("%s", msg); }
 
 static void die_usage(const char *fmt, const char *arg)
 {
@@ -127,6 +127,7 @@ static void parse(int argc, char **argv)
         {"threads", 1, 0, 't'}, {"values", 1, 0, 'n'}, {"value-size", 1, 0, 'v'},
         {"update-pct", 1, 0, 'u'}, {"seconds", 1, 0, 's'}, {"ops", 1, 0, 'o'}, {"ack", 1, 0, 'a'},
         {"rounds", 1, 0, 'r'}, {"min-ms", 1, 0, 1}, {"max-ms", 1, 0, 2}, {"seed", 1, 0, 3},
+        {"images", 1, 0, 4}, {"recovery-crashes", 0, 0, 5}, {"cut-recovery", 0, 0, 6},
         {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     O.mode = MANGO_PERSIST_AUTO;
     O.pool_size = 256u << 20;
@@ -138,6 +139,7 @@ static void parse(int argc, char **argv)
     O.seconds = 2;
     O.ops = 200000;
     O.rounds = 50;
+    O.images = 500;
     O.min_ms = 30;
     O.max_ms = 400;
     O.seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
@@ -159,6 +161,9 @@ static void parse(int argc, char **argv)
         case 1: O.min_ms = (unsigned)parse_size(optarg, "--min-ms"); break;
         case 2: O.max_ms = (unsigned)parse_size(optarg, "--max-ms"); break;
         case 3: O.seed = parse_size(optarg, "--seed"); break;
+        case 4: O.images = (unsigned)parse_size(optarg, "--images"); break;
+        case 5: O.recovery_crashes = true; break;
+        case 6: O.cut_recovery = true; break;
         case 'q': O.quiet = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: fputs("Try 'kvstore --help'.\n", stderr); exit(2);
@@ -191,7 +196,7 @@ static double now_s(void)
 static const char *status_name(int st) { return st == MANGO_FRESH ? "FRESH" : "RECOVERED"; }
 
 /* Start the fixed-size store; exits with status 2 on error. */
-static int start_fixed(void)
+int start_fixed(void)
 {
     static kv_fixed_params params;
     params.n_values = O.values;
@@ -374,39 +379,23 @@ static int run_load(void)
 
 /* ---- crash test: worker / verify / orchestrator ---- */
 
-#define ACK_MAGIC 0x4b43414f474e414dull /* "MANGOACK" */
-typedef struct ack_slot {
-    _Atomic uint64_t acked;    /* highest seq whose PUT returned */
-    _Atomic uint64_t inflight; /* seq of the PUT issued and not yet returned */
-    char pad[48];
-} ack_slot;
-typedef struct ack_file {
-    uint64_t magic;
-    uint32_t threads, values, value_size, pad;
-    _Atomic uint64_t total_acked;
-    _Atomic uint64_t total_lost; /* acknowledged PUTs missing after recovery */
-    _Atomic uint64_t total_torn; /* values not equal to any complete write */
-    char pad2[16];
-    ack_slot slot[KV_MAX_CLIENTS];
-} ack_file;
 
-static ack_file *open_ack(bool create)
+
+ack_file *open_ack_at(const char *path)
 {
-    if (!O.ack)
-        die_usage("%s", "--ack FILE is required");
-    int fd = open(O.ack, O_RDWR | (create ? O_CREAT : 0), 0600);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
     if (fd < 0) {
-        fprintf(stderr, "kvstore: cannot open %s: %s\n", O.ack, strerror(errno));
+        fprintf(stderr, "kvstore: cannot open %s: %s\n", path, strerror(errno));
         exit(2);
     }
     if (ftruncate(fd, sizeof(ack_file)) != 0) {
-        fprintf(stderr, "kvstore: cannot size %s: %s\n", O.ack, strerror(errno));
+        fprintf(stderr, "kvstore: cannot size %s: %s\n", path, strerror(errno));
         exit(2);
     }
     ack_file *a = mmap(NULL, sizeof *a, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
     if (a == MAP_FAILED) {
-        fprintf(stderr, "kvstore: cannot map %s\n", O.ack);
+        fprintf(stderr, "kvstore: cannot map %s\n", path);
         exit(2);
     }
     if (a->magic == 0) {
@@ -416,10 +405,21 @@ static ack_file *open_ack(bool create)
         a->value_size = O.value_size;
     } else if (a->magic != ACK_MAGIC || a->threads != O.threads || a->values != O.values ||
                a->value_size != O.value_size) {
-        fprintf(stderr, "kvstore: %s was written with other options\n", O.ack);
+        fprintf(stderr, "kvstore: %s was written with other options\n", path);
         exit(2);
     }
     return a;
+}
+
+ack_file *open_ack(bool create)
+{
+    if (!O.ack)
+        die_usage("%s", "--ack FILE is required");
+    if (!create && access(O.ack, F_OK) != 0) {
+        fprintf(stderr, "kvstore: %s does not exist\n", O.ack);
+        exit(2);
+    }
+    return open_ack_at(O.ack);
 }
 
 typedef struct worker_thread {
@@ -510,9 +510,11 @@ static int run_worker(void)
 
 /* Recover, compare against the ack file, then make the recovered state the new
  * baseline. Prints one line; returns 0 ok, 1 loss/tear. */
-static int run_verify(uint64_t *lost_out, uint64_t *torn_out)
+int run_verify(uint64_t *lost_out, uint64_t *torn_out)
 {
     ack_file *ack = open_ack(false);
+    if (O.cut_recovery)
+        powerfail_cut_recovery(O.pool, O.seed);
     int st = start_fixed();
     uint64_t lost = 0, torn = 0, beyond = 0;
     uint64_t *last = calloc(O.values, sizeof *last);
@@ -760,6 +762,8 @@ int main(int argc, char **argv)
         return run_crash_test();
     if (!strcmp(O.cmd, "hashmap"))
         return run_hashmap();
+    if (!strcmp(O.cmd, "powerfail"))
+        return run_powerfail();
     die_usage("unknown command '%s'", O.cmd);
     return 2;
 }

@@ -80,12 +80,20 @@ static int backend_round(backend *b, uint64_t committed)
                            b->log->generation, committed, apply_visitor, &c, &res);
     if (rc != MANGO_OK)
         return rc;
-    int s = persist_sync(&p->pd, &c.ranges, "backend.mirror_sync");
-    if (s != 0)
-        return mango_error(MANGO_EIO, "sync of the mirror failed: %s", strerror(-s));
+#ifdef MANGO_MUTATE_HEAD_BEFORE_MIRROR_SYNC
+    /* Test-only mutation: advance the head before the mirror is durable. */
     rc = pool_write_head(p, res.end_lsn, res.next_seq, b->log->generation, false);
     if (rc != MANGO_OK)
         return rc;
+#endif
+    int s = persist_sync(&p->pd, &c.ranges, "backend.mirror_sync");
+    if (s != 0)
+        return mango_error(MANGO_EIO, "sync of the mirror failed: %s", strerror(-s));
+#ifndef MANGO_MUTATE_HEAD_BEFORE_MIRROR_SYNC
+    rc = pool_write_head(p, res.end_lsn, res.next_seq, b->log->generation, false);
+    if (rc != MANGO_OK)
+        return rc;
+#endif
     b->applied_lsn = res.end_lsn;
     b->applied_seq = res.next_seq;
     b->rounds++;

@@ -55,6 +55,39 @@ const char *persist_mode_name(persist_mode m)
 
 void persist_set_observer(persist_observer_fn fn) { observer = fn; }
 
+static persist_domain *domains[4];
+static pthread_mutex_t domains_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void persist_register_domain(persist_domain *d)
+{
+    pthread_mutex_lock(&domains_mu);
+    for (unsigned i = 0; i < 4; i++)
+        if (!domains[i]) {
+            domains[i] = d;
+            break;
+        }
+    pthread_mutex_unlock(&domains_mu);
+}
+
+void persist_unregister_domain(persist_domain *d)
+{
+    pthread_mutex_lock(&domains_mu);
+    for (unsigned i = 0; i < 4; i++)
+        if (domains[i] == d)
+            domains[i] = NULL;
+    pthread_mutex_unlock(&domains_mu);
+}
+
+persist_domain *persist_domain_of(const void *addr)
+{
+    for (unsigned i = 0; i < 4; i++) {
+        persist_domain *d = domains[i];
+        if (d && (const char *)addr >= d->base && (const char *)addr < d->base + d->len)
+            return d;
+    }
+    return NULL;
+}
+
 uint64_t persist_sync_count(void) { return atomic_load_explicit(&sync_count, memory_order_relaxed); }
 
 void persist_note_store(const void *addr, size_t len, const char *where)

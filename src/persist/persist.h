@@ -61,6 +61,11 @@ typedef void (*persist_observer_fn)(persist_event ev, const void *addr, size_t l
                                     const char *where);
 void persist_set_observer(persist_observer_fn fn);
 
+/* Mapped pools, for observers that need a pool offset from an address. */
+void persist_register_domain(persist_domain *d);
+void persist_unregister_domain(persist_domain *d);
+persist_domain *persist_domain_of(const void *addr);
+
 /* Report a store into the pool (only the observer cares). */
 void persist_note_store(const void *addr, size_t len, const char *where);
 void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_t len,

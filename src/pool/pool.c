@@ -286,11 +286,14 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
     p->fd = fd;
     p->writable = true;
     p->pd = (persist_domain){.mode = mode, .base = p->base, .len = size, .fd = fd};
+    persist_register_domain(&p->pd);
     return MANGO_OK;
 }
 
 void pool_close(pool *p)
 {
+    if (p->writable)
+        persist_unregister_domain(&p->pd);
     if (p->base && p->base != MAP_FAILED)
         munmap(p->base, p->size);
     if (p->fd >= 0)

@@ -1,0 +1,62 @@
+/* kvstore_driver.h -- what the kvstore drivers share: options, the crash
+ * tests' acknowledgement file, starting the store. */
+#ifndef KVSTORE_DRIVER_H
+#define KVSTORE_DRIVER_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_fixed.h"
+#include "mango.h"
+
+typedef struct opts {
+    const char *cmd, *pool, *ack;
+    mango_persist_mode mode;
+    size_t pool_size, log_size;
+    unsigned threads, rounds, update_pct, min_ms, max_ms;
+    uint32_t values, value_size;
+    double seconds;
+    uint64_t ops, seed;
+    unsigned images;        /* powerfail: crash images to check */
+    bool recovery_crashes;  /* powerfail: also crash inside recovery */
+    bool cut_recovery;      /* verify: cut a crash image inside recovery (exit 3) */
+    bool quiet, seconds_set;
+    char self[4096];
+} opts;
+
+extern opts O;
+
+/* The crash tests' record of what was acknowledged: a small shared file that
+ * survives the worker's SIGKILL. */
+#define ACK_MAGIC 0x4b43414f474e414dull /* "MANGOACK" */
+typedef struct ack_slot {
+    _Atomic uint64_t acked;    /* highest seq whose PUT returned */
+    _Atomic uint64_t inflight; /* seq of the PUT issued and not yet returned */
+    char pad[48];
+} ack_slot;
+typedef struct ack_file {
+    uint64_t magic;
+    uint32_t threads, values, value_size, pad;
+    _Atomic uint64_t total_acked;
+    _Atomic uint64_t total_lost; /* acknowledged PUTs missing after recovery */
+    _Atomic uint64_t total_torn; /* values not equal to any complete write */
+    char pad2[16];
+    ack_slot slot[KV_MAX_CLIENTS];
+} ack_file;
+
+ack_file *open_ack(bool create);
+/* Open (creating) an acknowledgement file at path for the options in O. */
+ack_file *open_ack_at(const char *path);
+void die_usage_msg(const char *msg);
+/* verify --cut-recovery: install the simulator so recovery is cut (exit 3). */
+void powerfail_cut_recovery(const char *pool_path, uint64_t seed);
+/* Start the fixed-size store with the options in O; exits 2 on error. */
+int start_fixed(void);
+/* Recover and check against O.ack; 0 ok, 1 lost/torn. */
+int run_verify(uint64_t *lost_out, uint64_t *torn_out);
+/* kvstore powerfail (kv_powerfail.c). */
+int run_powerfail(void);
+
+#endif
