@@ -76,6 +76,14 @@ typedef struct mango_config {
     unsigned max_threads;    /* client threads that may call in; 0: 64 */
     uintptr_t heap_base;     /* durable heap reservation; 0: 0x600000000000 */
     bool create_if_missing;  /* default true via mango_config_default() */
+    /* Test mode (default false; MANGO_VERIFY_CAPTURE=1 also turns it on):
+     * snapshot durable memory before every read-write batch, diff it after,
+     * and report each changed 32-byte block whose changed bytes were not all
+     * captured ("mango-verify: ... missed store at 0x..."), to stderr or the
+     * file named by MANGO_VERIFY_REPORT. MANGO_VERIFY_ABORT=1 aborts at the
+     * first miss. Costs two passes over all durable bytes per batch. Counts
+     * in mango_stats.verify_*. See docs/testing.md. */
+    bool verify_capture;
 } mango_config;
 
 void mango_config_default(mango_config *cfg);
@@ -139,6 +147,8 @@ typedef struct mango_stats {
     uint64_t overflow_blocks;/* blocks that went to the dedup overflow buffer */
     uint64_t log_full_waits; /* times the combiner waited for log space */
     uint64_t commit_ns_total;/* time spent writing + syncing frames */
+    uint64_t verify_batches; /* batches checked by the capture verifier */
+    uint64_t verify_missed_blocks; /* changed durable blocks it found not captured */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -4,8 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "durable_write.h"
-
 /* Durable state: these globals live in .bss and are written only by
  * read-write commands, so Mangosteen restores them; the array is on the
  * durable heap. */
@@ -20,10 +18,10 @@ void kv_fixed_init(void *arg)
     char *s = malloc((size_t)p->n_values * p->value_size);
     if (!s)
         abort();
-    dw_fill(s, 0, (size_t)p->n_values * p->value_size);
-    DW_SET(store, s);
-    DW_SET(store_n, p->n_values);
-    DW_SET(store_vsize, p->value_size);
+    memset(s, 0, (size_t)p->n_values * p->value_size);
+    store = s;
+    store_n = p->n_values;
+    store_vsize = p->value_size;
 }
 
 bool kv_fixed_is_read_only(void *arg) { return ((kv_fixed_cmd *)arg)->op == KV_GET; }
@@ -33,7 +31,7 @@ void kv_fixed_process(void *arg)
     kv_fixed_cmd *c = arg;
     if (c->op == KV_FILL) {
         for (uint32_t i = 0; i < store_n; i++)
-            dw_copy(store + (size_t)i * store_vsize, c->value, store_vsize);
+            memcpy(store + (size_t)i * store_vsize, c->value, store_vsize);
         c->status = 0;
         return;
     }
@@ -45,9 +43,9 @@ void kv_fixed_process(void *arg)
     if (c->op == KV_GET) {
         memcpy(c->out, slot, store_vsize);
     } else {
-        dw_copy(slot, c->value, store_vsize);
-        DW_SET(client_seq[c->client], c->seq);
-        DW_SET(total_puts, total_puts + 1);
+        memcpy(slot, c->value, store_vsize);
+        client_seq[c->client] = c->seq;
+        total_puts = total_puts + 1;
     }
     c->status = 0;
 }

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "durable_write.h"
-
 typedef struct kvh_node {
     struct kvh_node *next;
     uint64_t hash;
@@ -37,11 +35,10 @@ void kvh_init(void *unused)
     kvh_node **b = calloc(16, sizeof *b);
     if (!m || !b)
         abort();
-    mango_capture(b, 16 * sizeof *b); /* calloc's zeroes are durable state too */
-    DW_SET(m->buckets, b);
-    DW_SET(m->n_buckets, 16);
-    DW_SET(m->count, 0);
-    DW_SET(map, m);
+    m->buckets = b;
+    m->n_buckets = 16;
+    m->count = 0;
+    map = m;
 }
 
 bool kvh_is_read_only(void *arg) { return ((kvh_cmd *)arg)->op == KVH_GET; }
@@ -61,20 +58,19 @@ static void grow(void)
     kvh_node **b = calloc(nb, sizeof *b);
     if (!b)
         return; /* stay at the current size */
-    mango_capture(b, nb * sizeof *b);
     for (uint64_t i = 0; i < map->n_buckets; i++) {
         kvh_node *n = map->buckets[i];
         while (n) {
             kvh_node *next = n->next;
             kvh_node **slot = &b[n->hash & (nb - 1)];
-            DW_SET(n->next, *slot);
-            DW_SET(*slot, n);
+            n->next = *slot;
+            *slot = n;
             n = next;
         }
     }
     free(map->buckets);
-    DW_SET(map->buckets, b);
-    DW_SET(map->n_buckets, nb);
+    map->buckets = b;
+    map->n_buckets = nb;
 }
 
 void kvh_process(void *arg)
@@ -102,8 +98,8 @@ void kvh_process(void *arg)
             c->status = 1;
             return;
         }
-        DW_SET(*pp, n->next);
-        DW_SET(map->count, map->count - 1);
+        *pp = n->next;
+        map->count = map->count - 1;
         free(n);
         c->status = 0;
         return;
@@ -113,19 +109,19 @@ void kvh_process(void *arg)
             c->status = -1;
             return;
         }
-        DW_SET(nn->hash, h);
-        DW_SET(nn->key_len, (uint32_t)c->key_len);
-        DW_SET(nn->value_len, (uint32_t)c->value_len);
-        dw_copy(nn->data, c->key, c->key_len);
-        dw_copy(nn->data + c->key_len, c->value, c->value_len);
+        nn->hash = h;
+        nn->key_len = (uint32_t)c->key_len;
+        nn->value_len = (uint32_t)c->value_len;
+        memcpy(nn->data, c->key, c->key_len);
+        memcpy(nn->data + c->key_len, c->value, c->value_len);
         if (n) { /* replace in place in the chain */
-            DW_SET(nn->next, n->next);
-            DW_SET(*pp, nn);
+            nn->next = n->next;
+            *pp = nn;
             free(n);
         } else {
-            DW_SET(nn->next, NULL);
-            DW_SET(*pp, nn);
-            DW_SET(map->count, map->count + 1);
+            nn->next = NULL;
+            *pp = nn;
+            map->count = map->count + 1;
             if (map->count > map->n_buckets)
                 grow();
         }

@@ -116,14 +116,17 @@ static void note_flush(uint64_t off, size_t len)
     }
 }
 
-static void rebuild_pending(void)
+/* A completed fence or sync: flushed pending words inside [lo, hi) become
+ * persisted (pmem: the whole pool -- an sfence covers every earlier clwb;
+ * fs/sim: only the ranges the msync/pwrite covered). */
+static void rebuild_pending(uint64_t lo, uint64_t hi)
 {
     /* Drop persisted words from the table and rebuild it (open addressing). */
     uint32_t keep = 0;
     word_state *tmp = malloc(sizeof *tmp * (S.n_pend ? S.n_pend : 1));
     for (uint32_t k = 0; k < S.n_pend; k++) {
         word_state *w = &S.pend[S.pend_list[k]];
-        if (w->flushed)
+        if (w->flushed && w->off >= lo && w->off < hi)
             memcpy(S.persisted + w->off, &w->val, 8);
         else
             tmp[keep++] = *w;
@@ -173,13 +176,15 @@ static unsigned label_index(const char *what)
     return S.n_labels++;
 }
 
-/* Image the k-th event of a label when k is 1..10, then every 10th up to 100,
- * then every 100th: every ordering point gets images, the busy ones no more
- * than their share. */
-static bool sample(unsigned li)
+/* How many images to cut at the k-th event of a label: three for k = 1..10,
+ * then one every 10th up to 100, then every 100th: every ordering point gets
+ * images, the busy ones no more than their share. */
+static unsigned sample(unsigned li)
 {
     uint64_t k = ++S.label_events[li];
-    return k <= 10 || (k <= 100 && k % 10 == 0) || k % 100 == 0;
+    if (k <= 10)
+        return 3; /* rare points (head writes, PAD frames): several images each */
+    return (k <= 100 && k % 10 == 0) || k % 100 == 0;
 }
 
 static int spawn_wait(char *const argv[])
@@ -270,8 +275,15 @@ static void observer(persist_event ev, const void *addr, size_t len, const char 
             note_store(off, len);
         else
             note_flush(off, len);
-    } else {
-        rebuild_pending();
+    } else if (ev == PERSIST_EV_SYNC_RANGE) {
+        if (S.d && (const char *)addr >= S.d->base && (const char *)addr < S.d->base + S.d->len) {
+            uint64_t off = (uint64_t)((const char *)addr - S.d->base);
+            rebuild_pending(off, off + len);
+        }
+        pthread_mutex_unlock(&S.mu);
+        return; /* the crash point is the sync's end, reported next */
+    } else if (S.d->mode != PERSIST_FS && S.d->mode != PERSIST_SIM) {
+        rebuild_pending(0, UINT64_MAX);
     }
     char label[48];
     snprintf(label, sizeof label, "%s %s",
@@ -291,7 +303,7 @@ static void observer(persist_event ev, const void *addr, size_t len, const char 
         return;
     }
     unsigned li = label_index(label);
-    if (S.images < S.target && sample(li)) {
+    for (unsigned n = S.images < S.target ? sample(li) : 0; n > 0 && S.images < S.target; n--) {
         S.label_images[li]++;
         cut_image(label, "workload");
     }

@@ -28,6 +28,16 @@ bool capture_is_durable(uintptr_t addr, size_t len)
     return false;
 }
 
+unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max)
+{
+    unsigned n = n_ranges < max ? n_ranges : max;
+    for (unsigned i = 0; i < n; i++) {
+        lo[i] = range_lo[i];
+        hi[i] = range_hi[i];
+    }
+    return n;
+}
+
 void capture_begin(dedup_set *set)
 {
     current_set = set;

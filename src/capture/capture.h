@@ -20,6 +20,13 @@ extern __thread bool mango_capture_active __attribute__((tls_model("initial-exec
 /* Durable ranges, set once at init (before any batch). */
 void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi);
 bool capture_is_durable(uintptr_t addr, size_t len);
+/* Copy the registered durable ranges into lo/hi (at most max); returns how
+ * many there are. (Used by the capture verifier, verify.h.) */
+unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max);
+
+/* Referenced by mango_init so the libc interceptors (libc_interpose.c) are
+ * always linked in. */
+void libc_interpose_link_anchor(void);
 
 /* The combiner brackets a batch with these. */
 void capture_begin(dedup_set *set);

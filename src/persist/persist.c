@@ -200,6 +200,9 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
             observer(PERSIST_EV_SYNC, NULL, 0, where);
         return -fault_sync_errno;
     }
+    if (observer && (d->mode == PERSIST_FS || d->mode == PERSIST_SIM))
+        for (unsigned i = 0; i < r->n; i++)
+            observer(PERSIST_EV_SYNC_RANGE, (const void *)r->lo[i], r->hi[i] - r->lo[i], where);
     if (d->mode == PERSIST_FS) {
         for (unsigned i = 0; i < r->n && rc == 0; i++)
             if (msync((void *)r->lo[i], r->hi[i] - r->lo[i], MS_SYNC) != 0)

@@ -54,7 +54,9 @@ typedef enum persist_event {
     PERSIST_EV_STORE,  /* bytes written to the pool (reported by writers) */
     PERSIST_EV_FLUSH,
     PERSIST_EV_FENCE,
-    PERSIST_EV_SYNC,
+    PERSIST_EV_SYNC,       /* pmem/emulated: a fence over everything flushed;
+                            * fs/sim: end of a sync whose ranges came before */
+    PERSIST_EV_SYNC_RANGE, /* fs/sim: this byte range is being made durable */
 } persist_event;
 
 typedef void (*persist_observer_fn)(persist_event ev, const void *addr, size_t len,

@@ -22,6 +22,7 @@
 #include "alloc/split_alloc.h"
 #include "backend/backend.h"
 #include "capture/capture.h"
+#include "capture/verify.h"
 #include "concurrency/flat_combining.h"
 #include "log/redo_log.h"
 #include "mango.h"
@@ -37,6 +38,7 @@
 typedef struct runtime {
     bool up;
     bool durable;
+    bool verify; /* capture verifier on (test mode, capture/verify.h) */
     mango_callbacks cb;
     mango_config cfg;
     char pool_path[PATH_MAX];
@@ -130,6 +132,8 @@ static int batch_begin(void *arg, unsigned n)
     rt.rw_commands += n;
     if (rt.durable) {
         capture_begin(rt.set);
+        if (__builtin_expect(rt.verify, 0))
+            capture_verify_begin(n); /* before any code of the batch writes */
         split_alloc_rw_thread = true;
         split_alloc_drain_deferred();
     }
@@ -149,6 +153,8 @@ static int batch_end(void *arg)
         return MANGO_OK;
     split_alloc_rw_thread = false;
     capture_end();
+    if (__builtin_expect(rt.verify, 0))
+        capture_verify_end(rt.set);
     uint64_t n = dedup_size(rt.set);
     if (n == 0)
         return MANGO_OK;
@@ -289,12 +295,18 @@ static int open_durable(const mango_config *cfg, int *status)
         hi[n++] = rt.layout.data_hi[i];
     }
     capture_set_ranges(n, lo, hi);
+    rc = capture_verify_setup(cfg->verify_capture, lo[0], hi[0]);
+    if (rc)
+        goto fail_heap;
+    rt.verify = capture_verify_enabled();
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
     rc = backend_start(&rt.backend, p, &rt.log);
     if (rc)
         goto fail_heap;
     return MANGO_OK;
 fail_heap:
+    rt.verify = false;
+    capture_verify_shutdown();
     munmap(rt.heap, rt.heap_size);
     rt.heap = NULL;
 fail_pool:
@@ -324,6 +336,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
     if (cfg.mode > MANGO_PERSIST_SIM)
         return mango_error(MANGO_EINVAL, "unknown persistence mode %d", (int)cfg.mode);
     split_alloc_link_anchor();
+    libc_interpose_link_anchor();
     memset(&rt, 0, sizeof rt);
     rt.cb = *cb;
     rt.cfg = cfg;
@@ -394,6 +407,8 @@ int mango_shutdown(void)
         pool_close(&rt.pool);
         dedup_destroy(rt.set);
         munmap(rt.set, sizeof *rt.set);
+        rt.verify = false;
+        capture_verify_shutdown();
         rt.set = NULL;
         /* The heap stays mapped and attached: the application may still read
          * and free its objects; nothing is logged any more. */
@@ -413,4 +428,5 @@ void mango_get_stats(mango_stats *out)
     out->frontend_syncs = rt.commit_syncs;
     out->commit_ns_total = rt.commit_ns;
     out->backend_syncs = rt.backend.syncs;
+    capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
 }

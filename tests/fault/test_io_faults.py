@@ -27,7 +27,7 @@ def files():
     os.rmdir(d)
 
 
-def run(args, env=None, timeout=60):
+def run(args, env=None, timeout=120):
     e = dict(os.environ)
     e.update(env or {})
     return subprocess.run([KV, *args], capture_output=True, text=True, env=e, timeout=timeout)
@@ -45,7 +45,7 @@ def verify(pool, ack, mode):
 @pytest.mark.parametrize("nth", [3, 7, 20, 57, 150, 401])
 def test_failed_sync_stops_writes_and_loses_nothing(files, mode, nth):
     pool, ack = files
-    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", mode, "--seconds", "5", *COMMON],
+    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", mode, "--seconds", "30", *COMMON],
             env={"MANGO_FAULT_SYNC": str(nth)})
     # The worker stops on the first failed command (exit 2) with a clear message.
     assert w.returncode == 2, (w.returncode, w.stderr)
@@ -57,7 +57,7 @@ def test_failed_sync_stops_writes_and_loses_nothing(files, mode, nth):
 
 def test_enospc_is_reported_as_such(files):
     pool, ack = files
-    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", "sim", "--seconds", "5", *COMMON],
+    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", "sim", "--seconds", "30", *COMMON],
             env={"MANGO_FAULT_SYNC": "40:ENOSPC"})
     assert w.returncode == 2 and "No space left on device" in w.stderr, w.stderr
     verify(pool, ack, "sim")

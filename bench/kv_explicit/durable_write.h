@@ -1,9 +1,5 @@
-/* durable_write.h -- the ONLY place the examples call mango_capture().
- *
- * Until the mango-cc compiler plugin captures stores automatically, every
- * store the key-value stores make to durable state goes through these helpers.
- * When the plugin lands, they become plain stores and this file disappears.
- */
+/* durable_write.h -- hand annotation for the explicit-capture benchmark
+ * baseline: each helper stores, then reports the bytes with mango_capture(). */
 #ifndef KV_DURABLE_WRITE_H
 #define KV_DURABLE_WRITE_H
 
