@@ -3,6 +3,9 @@
 
 #include "mango.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 
 static unsigned n_ranges;
@@ -50,12 +53,36 @@ void capture_end(void)
     current_set = NULL;
 }
 
+static void capture_range_nodedup(const void *addr, size_t len)
+{
+    uintptr_t lo = (uintptr_t)addr, hi = lo + len;
+    for (unsigned i = 0; i < n_ranges; i++) {
+        uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
+        uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
+        if (a < b)
+            dedup_add_range_nodedup(current_set, a, b - a);
+    }
+}
+
 bool mango_in_rw_command(void) { return mango_capture_active; }
+
+/* MANGO_DEDUP=0 turns intra-batch deduplication off (benchmarks only). */
+static int dedup_off = -1;
 
 void mango_capture(const void *addr, size_t len)
 {
     if (!mango_capture_active || len == 0)
         return;
+    if (__builtin_expect(dedup_off != 0, 0)) {
+        if (dedup_off < 0) {
+            const char *v = getenv("MANGO_DEDUP");
+            dedup_off = v && strcmp(v, "0") == 0;
+        }
+        if (dedup_off) {
+            capture_range_nodedup(addr, len);
+            return;
+        }
+    }
     uintptr_t lo = (uintptr_t)addr, hi = lo + len;
     for (unsigned i = 0; i < n_ranges; i++) {
         uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];

@@ -36,6 +36,15 @@ void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len)
         dedup_add_block(s, b, block_mask(b, addr, hi));
 }
 
+void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len)
+{
+    if (len == 0)
+        return;
+    uintptr_t hi = addr + len;
+    for (uintptr_t b = addr & ~(uintptr_t)(DEDUP_BLOCK - 1); b < hi; b += DEDUP_BLOCK)
+        dedup_add_overflow(s, b, block_mask(b, addr, hi));
+}
+
 /* Overflow chunks come from mmap: the runtime interposes malloc. */
 void dedup_add_overflow(dedup_set *s, uintptr_t block, uint32_t mask)
 {

@@ -37,16 +37,21 @@ void dedup_init(dedup_set *s);
 void dedup_destroy(dedup_set *s);
 /* Record that [addr, addr+len) was written (addr/len already filtered). */
 void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len);
+/* The same without deduplication: every block goes to the overflow buffer, in
+ * order (the benchmark's "dedup off" baseline; MANGO_DEDUP=0). */
+void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len);
 /* Total entries (set + overflow). */
 static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->ovf_count; }
 typedef void (*dedup_visit_fn)(void *arg, uintptr_t block, uint32_t mask);
 void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg);
 void dedup_clear(dedup_set *s);
 
+/* Append a block to the overflow buffer (past the set's load limit). */
+void dedup_add_overflow(dedup_set *s, uintptr_t block, uint32_t mask);
+
 /* Inline fast path for one block. */
 static inline void dedup_add_block(dedup_set *s, uintptr_t block, uint32_t mask)
 {
-    extern void dedup_add_overflow(dedup_set * s, uintptr_t block, uint32_t mask);
     uint32_t i = (uint32_t)((block >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1);
     for (;;) {
         uint64_t k = s->key[i];
