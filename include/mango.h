@@ -144,7 +144,7 @@ typedef struct mango_stats {
     uint64_t log_bytes;      /* bytes appended to the log (frames incl. headers) */
     uint64_t frontend_syncs; /* ordering points that waited for the medium (commit) */
     uint64_t backend_syncs;
-    uint64_t overflow_blocks;/* blocks that went to the dedup overflow buffer */
+    uint64_t overflow_blocks;/* distinct blocks past the dedup set's load limit (spill set) */
     uint64_t log_full_waits; /* times the combiner waited for log space */
     uint64_t commit_ns_total;/* time spent writing + syncing frames */
     uint64_t verify_batches; /* batches checked by the capture verifier */

@@ -12,11 +12,14 @@ static inline uint32_t block_mask(uintptr_t block, uintptr_t lo, uintptr_t hi)
     return (uint32_t)m;
 }
 
+static void spill_free(struct dedup_spill *sp);
+
 void dedup_init(dedup_set *s) { memset(s, 0, sizeof *s); }
 
 void dedup_destroy(dedup_set *s)
 {
     dedup_clear(s);
+    spill_free(&s->spill);
     dedup_overflow_chunk *c = s->ovf_free;
     while (c) {
         dedup_overflow_chunk *n = c->next;
@@ -42,11 +45,64 @@ void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len)
         return;
     uintptr_t hi = addr + len;
     for (uintptr_t b = addr & ~(uintptr_t)(DEDUP_BLOCK - 1); b < hi; b += DEDUP_BLOCK)
-        dedup_add_overflow(s, b, block_mask(b, addr, hi));
+        dedup_append_nodedup(s, b, block_mask(b, addr, hi));
 }
 
-/* Overflow chunks come from mmap: the runtime interposes malloc. */
+/* The spill set's memory comes from mmap: the runtime interposes malloc. */
+static void spill_alloc(dedup_spill *sp, uint64_t cap)
+{
+    void *k = mmap(NULL, cap * sizeof(uint64_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    void *m = mmap(NULL, cap * sizeof(uint32_t), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+    if (k == MAP_FAILED || m == MAP_FAILED)
+        __builtin_trap(); /* out of memory while capturing: cannot lose the store */
+    sp->key = k;
+    sp->mask = m;
+    sp->cap = cap;
+    sp->count = 0;
+}
+
+static void spill_free(dedup_spill *sp)
+{
+    if (sp->cap) {
+        munmap(sp->key, sp->cap * sizeof(uint64_t));
+        munmap(sp->mask, sp->cap * sizeof(uint32_t));
+    }
+    memset(sp, 0, sizeof *sp);
+}
+
+static void spill_insert(dedup_spill *sp, uint64_t block, uint32_t mask)
+{
+    uint64_t i = ((block >> 5) * 0x9E3779B97F4A7C15ull) >> 20 & (sp->cap - 1);
+    while (sp->key[i] != 0 && sp->key[i] != block)
+        i = (i + 1) & (sp->cap - 1);
+    if (sp->key[i] == block) {
+        sp->mask[i] |= mask;
+        return;
+    }
+    sp->key[i] = block;
+    sp->mask[i] = mask;
+    sp->count++;
+}
+
 void dedup_add_overflow(dedup_set *s, uintptr_t block, uint32_t mask)
+{
+    dedup_spill *sp = &s->spill;
+    if (sp->cap == 0)
+        spill_alloc(sp, 1u << 16);
+    if ((sp->count + 1) * 2 > sp->cap) { /* double and rehash */
+        dedup_spill old = *sp;
+        spill_alloc(sp, old.cap * 2);
+        for (uint64_t i = 0; i < old.cap; i++)
+            if (old.key[i])
+                spill_insert(sp, old.key[i], old.mask[i]);
+        spill_free(&old);
+    }
+    spill_insert(sp, block, mask);
+}
+
+void dedup_append_nodedup(dedup_set *s, uintptr_t block, uint32_t mask)
 {
     dedup_overflow_chunk *c = s->ovf_tail;
     if (!c || c->n == sizeof c->addr / sizeof c->addr[0]) {
@@ -79,6 +135,11 @@ void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg)
         uint32_t i = s->used_slot[k];
         fn(arg, s->key[i], s->mask[i]);
     }
+    const dedup_spill *sp = &s->spill;
+    if (sp->count)
+        for (uint64_t i = 0; i < sp->cap; i++)
+            if (sp->key[i])
+                fn(arg, sp->key[i], sp->mask[i]);
     for (const dedup_overflow_chunk *c = s->ovf_head; c; c = c->next)
         for (uint32_t k = 0; k < c->n; k++)
             fn(arg, c->addr[k], c->mask[k]);
@@ -89,6 +150,15 @@ void dedup_clear(dedup_set *s)
     for (uint32_t k = 0; k < s->count; k++)
         s->key[s->used_slot[k]] = 0;
     s->count = 0;
+    if (s->spill.count) {
+        /* Keep a modest table for the next big batch; give back a huge one. */
+        if (s->spill.cap > (1u << 20))
+            spill_free(&s->spill);
+        else {
+            memset(s->spill.key, 0, s->spill.cap * sizeof(uint64_t));
+            s->spill.count = 0;
+        }
+    }
     if (s->ovf_head) {
         s->ovf_tail->next = s->ovf_free;
         s->ovf_free = s->ovf_head;

@@ -3,8 +3,14 @@
  * A fixed-size, cache-line-aligned open-addressing set of 32-byte block
  * addresses with linear probing. Beside each block it keeps a 32-bit mask of
  * the bytes the batch wrote (the backend restores .data/.bss byte-exactly).
- * Past 60 % load, new blocks go to an overflow buffer in arrival order, not
- * deduplicated. The combiner owns it; no locks.
+ * Past 60 % load, new blocks go to the spill set: a second open-addressing
+ * set that lives in mmap'd memory and doubles when half full. The paper's
+ * overflow buffer kept spilled blocks in arrival order without deduplication,
+ * so a large batch rewriting the same blocks logged them again and again (2M
+ * stores over 1 MiB logged 1.85M blocks and overflowed a 64 MiB log); with the
+ * spill set the log of a batch is bounded by the distinct blocks it wrote.
+ * The append-only list remains only for MANGO_DEDUP=0 (the benchmark's
+ * baseline). The combiner owns all of it; no locks.
  */
 #ifndef MANGO_DEDUP_SET_H
 #define MANGO_DEDUP_SET_H
@@ -24,11 +30,21 @@ typedef struct dedup_overflow_chunk {
     uint32_t mask[1022];
 } dedup_overflow_chunk;
 
+/* The spill set: open addressing, doubles at 50 % load. */
+typedef struct dedup_spill {
+    uint64_t *key; /* 0 = empty */
+    uint32_t *mask;
+    uint64_t cap;  /* power of two; 0 until first used */
+    uint64_t count;
+} dedup_spill;
+
 typedef struct dedup_set {
     _Alignas(64) uint64_t key[DEDUP_SLOTS]; /* block address, 0 = empty */
     uint32_t mask[DEDUP_SLOTS];
     uint32_t used_slot[DEDUP_MAX_LOAD];      /* filled slots, for a fast clear */
     uint32_t count;
+    dedup_spill spill;
+    /* MANGO_DEDUP=0 only: blocks in arrival order, not deduplicated */
     dedup_overflow_chunk *ovf_head, *ovf_tail, *ovf_free;
     uint64_t ovf_count;
 } dedup_set;
@@ -41,13 +57,15 @@ void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len);
  * order (the benchmark's "dedup off" baseline; MANGO_DEDUP=0). */
 void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len);
 /* Total entries (set + overflow). */
-static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->ovf_count; }
+static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->spill.count + s->ovf_count; }
 typedef void (*dedup_visit_fn)(void *arg, uintptr_t block, uint32_t mask);
 void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg);
 void dedup_clear(dedup_set *s);
 
-/* Append a block to the overflow buffer (past the set's load limit). */
+/* Add a block to the spill set (past the primary set's load limit). */
 void dedup_add_overflow(dedup_set *s, uintptr_t block, uint32_t mask);
+/* Append a block to the arrival-order list (no deduplication). */
+void dedup_append_nodedup(dedup_set *s, uintptr_t block, uint32_t mask);
 
 /* Inline fast path for one block. */
 static inline void dedup_add_block(dedup_set *s, uintptr_t block, uint32_t mask)

@@ -158,7 +158,7 @@ static int batch_end(void *arg)
     uint64_t n = dedup_size(rt.set);
     if (n == 0)
         return MANGO_OK;
-    rt.overflow_blocks += rt.set->ovf_count;
+    rt.overflow_blocks += rt.set->ovf_count + rt.set->spill.count;
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
         dedup_clear(rt.set);
         return fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
