@@ -13,6 +13,9 @@
 
 typedef struct opts {
     const char *cmd, *pool, *ack;
+    const char *history;    /* history-worker/-test: log folder */
+    uint32_t keys;          /* history-worker/-test: keys (default 8) */
+    unsigned think_us;      /* history-worker/-test: mean pause between a client's ops */
     mango_persist_mode mode;
     size_t pool_size, log_size;
     unsigned threads, rounds, update_pct, min_ms, max_ms;
@@ -59,5 +62,8 @@ int start_fixed(void);
 int run_verify(uint64_t *lost_out, uint64_t *torn_out);
 /* kvstore powerfail (kv_powerfail.c). */
 int run_powerfail(void);
+/* kvstore history-worker / history-test (kv_history.c). */
+int run_history_worker(void);
+int run_history_test(void);
 
 #endif

@@ -6,6 +6,8 @@
  *   kvstore verify      recover and check every acknowledged PUT is present
  *   kvstore crash-test  worker + SIGKILL + verify, N rounds
  *   kvstore hashmap     the hash-map variant: load, then consistency check
+ *   kvstore history-test  kill -9 rounds recording a history for the
+ *                       linearizability checker (kv_history.c)
  *
  * Run `kvstore --help` for the options.
  */
@@ -52,6 +54,11 @@ static const char *usage_text =
     "               the pool, cut --images crash images at ordering points (unfenced\n"
     "               words kept at random), recover and verify each; prints\n"
     "               'images=N violations=V' last\n"
+    "  history-worker --threads clients race PUT/GET on --keys keys, logging every\n"
+    "               invocation and return under --history DIR (until killed, or --seconds)\n"
+    "  history-test --rounds times: start a history-worker, SIGKILL it at a random\n"
+    "               moment; then one that exits cleanly; check the logs with the\n"
+    "               Porcupine checker in tests/linearizability\n"
     "\n"
     "Options:\n"
     "  --pool PATH        pool file (default $MANGO_POOL or /dev/shm/mango-kvstore.pool)\n"
@@ -71,6 +78,10 @@ static const char *usage_text =
     "  --seed N           random seed (default: time)\n"
     "  --images N         powerfail: crash images to check (default 500)\n"
     "  --recovery-crashes powerfail: also cut one image in four inside its recovery\n"
+    "  --history DIR      history-worker/-test: folder of the client logs\n"
+    "  --keys K           history-worker/-test: keys all clients share (default 8)\n"
+    "  --think-us N       history-worker/-test: clients pause 0..2N us between ops\n"
+    "                     (default 0; bounds the history's size for the checker)\n"
     "  --quiet            less output\n"
     "\n"
     "Exit status: 0 success; 1 verification failure (lost or torn data); 2 usage or\n"
@@ -128,6 +139,7 @@ static void parse(int argc, char **argv)
         {"update-pct", 1, 0, 'u'}, {"seconds", 1, 0, 's'}, {"ops", 1, 0, 'o'}, {"ack", 1, 0, 'a'},
         {"rounds", 1, 0, 'r'}, {"min-ms", 1, 0, 1}, {"max-ms", 1, 0, 2}, {"seed", 1, 0, 3},
         {"images", 1, 0, 4}, {"recovery-crashes", 0, 0, 5}, {"cut-recovery", 0, 0, 6},
+        {"history", 1, 0, 7}, {"keys", 1, 0, 8}, {"think-us", 1, 0, 9},
         {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     O.mode = MANGO_PERSIST_AUTO;
     O.pool_size = 256u << 20;
@@ -164,6 +176,9 @@ static void parse(int argc, char **argv)
         case 4: O.images = (unsigned)parse_size(optarg, "--images"); break;
         case 5: O.recovery_crashes = true; break;
         case 6: O.cut_recovery = true; break;
+        case 7: O.history = optarg; break;
+        case 8: O.keys = (uint32_t)parse_size(optarg, "--keys"); break;
+        case 9: O.think_us = (unsigned)parse_size(optarg, "--think-us"); break;
         case 'q': O.quiet = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: fputs("Try 'kvstore --help'.\n", stderr); exit(2);
@@ -782,6 +797,10 @@ int main(int argc, char **argv)
         return run_hashmap();
     if (!strcmp(O.cmd, "powerfail"))
         return run_powerfail();
+    if (!strcmp(O.cmd, "history-worker"))
+        return run_history_worker();
+    if (!strcmp(O.cmd, "history-test"))
+        return run_history_test();
     die_usage("unknown command '%s'", O.cmd);
     return 2;
 }

@@ -1,0 +1,5 @@
+module mangosteen/linearizability
+
+go 1.21
+
+require github.com/anishathalye/porcupine v1.3.1
