@@ -36,6 +36,14 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# Go for the linearizability checker (tests/linearizability): Debian's 1.19
+# unless a Go toolchain is already on PATH or in /usr/local/go.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go-1.19/bin/go ]; then
+  echo "setup: installing golang-1.19-go" >&2
+  apt-get install -y -qq --no-install-recommends golang-1.19-go=1.19.8-2 >/dev/null ||
+    apt-get install -y -qq --no-install-recommends golang-1.19-go >/dev/null
+fi
+
 # The python3 first on PATH must have pytest (it may not be Debian's).
 if ! python3 -c 'import pytest' 2>/dev/null; then
   echo "setup: installing pytest for $(command -v python3)" >&2
