@@ -25,6 +25,7 @@ typedef struct opts {
     unsigned images;        /* powerfail: crash images to check */
     bool recovery_crashes;  /* powerfail: also crash inside recovery */
     bool cut_recovery;      /* verify: cut a crash image inside recovery (exit 3) */
+    double zipf;            /* run: Zipfian key skew (0 = uniform) */
     bool tolerate_empty;    /* verify: a recovered pool without the store is a loss, not an error */
     bool quiet, seconds_set;
     char self[4096];

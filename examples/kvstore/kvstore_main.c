@@ -75,6 +75,7 @@ static const char *usage_text =
     "  --ack FILE         worker/verify: acknowledgement file\n"
     "  --rounds N         crash-test rounds (default 50)\n"
     "  --min-ms/--max-ms  crash-test: kill between these delays (default 30/400)\n"
+    "  --zipf THETA       run: Zipfian keys with skew THETA, e.g. 0.99 (default 0: uniform)\n"
     "  --seed N           random seed (default: time)\n"
     "  --images N         powerfail: crash images to check (default 500)\n"
     "  --recovery-crashes powerfail: also cut one image in four inside its recovery\n"
@@ -139,7 +140,7 @@ static void parse(int argc, char **argv)
         {"update-pct", 1, 0, 'u'}, {"seconds", 1, 0, 's'}, {"ops", 1, 0, 'o'}, {"ack", 1, 0, 'a'},
         {"rounds", 1, 0, 'r'}, {"min-ms", 1, 0, 1}, {"max-ms", 1, 0, 2}, {"seed", 1, 0, 3},
         {"images", 1, 0, 4}, {"recovery-crashes", 0, 0, 5}, {"cut-recovery", 0, 0, 6},
-        {"history", 1, 0, 7}, {"keys", 1, 0, 8}, {"think-us", 1, 0, 9},
+        {"zipf", 1, 0, 10}, {"history", 1, 0, 7}, {"keys", 1, 0, 8}, {"think-us", 1, 0, 9},
         {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     O.mode = MANGO_PERSIST_AUTO;
     O.pool_size = 256u << 20;
@@ -177,6 +178,11 @@ static void parse(int argc, char **argv)
         case 5: O.recovery_crashes = true; break;
         case 6: O.cut_recovery = true; break;
         case 7: O.history = optarg; break;
+        case 10:
+            O.zipf = atof(optarg);
+            if (!(O.zipf >= 0 && O.zipf < 1))
+                die_usage("--zipf must be in [0, 1) (YCSB uses 0.99)%s", "");
+            break;
         case 8: O.keys = (uint32_t)parse_size(optarg, "--keys"); break;
         case 9: O.think_us = (unsigned)parse_size(optarg, "--think-us"); break;
         case 'q': O.quiet = true; break;
@@ -318,6 +324,8 @@ typedef struct run_thread {
 
 static _Atomic int run_stop;
 
+static kvw_zipf run_zipf;
+
 static void *run_main(void *arg)
 {
     run_thread *r = arg;
@@ -328,7 +336,8 @@ static void *run_main(void *arg)
         for (int k = 0; k < 64; k++) {
             rng = kvw_mix(rng + 1);
             bool put = (rng % 100) < O.update_pct;
-            uint32_t idx = (uint32_t)((rng >> 8) % O.values);
+            uint32_t idx = O.zipf > 0 ? (uint32_t)kvw_zipf_next(&run_zipf, kvw_mix(rng ^ 0xabcdef))
+                                      : (uint32_t)((rng >> 8) % O.values);
             kv_fixed_cmd c = {.index = idx, .client = r->id};
             if (put) {
                 c.op = KV_PUT;
@@ -352,6 +361,8 @@ static void *run_main(void *arg)
 static int run_load(void)
 {
     int st = start_fixed();
+    if (O.zipf > 0)
+        kvw_zipf_init(&run_zipf, O.values, O.zipf);
     /* Load phase (as YCSB's): write every value once in one bulk command, so
      * GETs read real memory in every mode (an untouched calloc'd store would
      * be served from the kernel's shared zero page). */
@@ -380,12 +391,12 @@ static int run_load(void)
     double el = now_s() - t0;
     mango_get_stats(&s1);
     uint64_t b = s1.batches - s0.batches;
-    printf("mode=%s status=%s threads=%u update_pct=%u seconds=%.2f ops=%" PRIu64
+    printf("mode=%s status=%s threads=%u update_pct=%u zipf=%.2f seconds=%.2f ops=%" PRIu64
            " ops_per_sec=%.0f puts=%" PRIu64 " batches=%" PRIu64 " mean_batch=%.2f"
            " syncs_per_batch=%.3f log_bytes_per_update=%.1f log_full_waits=%" PRIu64
            " commit_us=%.1f\n",
            O.mode == MANGO_PERSIST_NONE ? "none" : "durable", status_name(st), O.threads,
-           O.update_pct, el, ops, ops / el, puts, b, b ? (double)(s1.rw_commands - s0.rw_commands) / b : 0,
+           O.update_pct, O.zipf, el, ops, ops / el, puts, b, b ? (double)(s1.rw_commands - s0.rw_commands) / b : 0,
            b ? (double)(s1.frontend_syncs - s0.frontend_syncs) / b : 0,
            puts ? (double)(s1.log_bytes - s0.log_bytes) / puts : 0, s1.log_full_waits,
            b ? (double)(s1.commit_ns_total - s0.commit_ns_total) / b / 1000.0 : 0);
