@@ -59,6 +59,11 @@ typedef struct runtime {
 
 static runtime rt;
 
+/* The durable heap stays mapped after mango_shutdown (the application may
+ * still read its objects). A later mango_init in the same process replaces it. */
+static void *kept_heap;
+static size_t kept_heap_size;
+
 void mango_config_default(mango_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -249,6 +254,11 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_pool;
     }
     rt.heap_size = p->hdr->heap_capacity;
+    if (kept_heap) {
+        dheap_detach();
+        munmap(kept_heap, kept_heap_size);
+        kept_heap = NULL;
+    }
     rt.heap = mmap((void *)(uintptr_t)cfg->heap_base, rt.heap_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (rt.heap == MAP_FAILED || rt.heap != (void *)(uintptr_t)cfg->heap_base) {
@@ -412,6 +422,8 @@ int mango_shutdown(void)
         rt.set = NULL;
         /* The heap stays mapped and attached: the application may still read
          * and free its objects; nothing is logged any more. */
+        kept_heap = rt.heap;
+        kept_heap_size = rt.heap_size;
     }
     return rc;
 }
