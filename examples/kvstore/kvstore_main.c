@@ -728,6 +728,7 @@ static int run_hashmap(void)
     int rc = kvh_check();
     printf("hashmap: %s with %" PRIu64 " keys in %" PRIu64 " buckets, check %s\n", status_name(st),
            kvh_count(), kvh_buckets(), rc ? "FAILED" : "ok");
+    fflush(stdout); /* crash tests read this line from a process they kill */
     if (rc)
         return 1;
     /* Reference model in transient memory: key i -> value length or 0. */

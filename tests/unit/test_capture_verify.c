@@ -238,7 +238,8 @@ static void check_runtime_files(void)
         struct dirent *f;
         while ((f = readdir(s))) {
             size_t n = strlen(f->d_name);
-            if (n > 2 && strcmp(f->d_name + n - 2, ".c") == 0) {
+            if ((n > 2 && strcmp(f->d_name + n - 2, ".c") == 0) ||
+                (n > 4 && strcmp(f->d_name + n - 4, ".cpp") == 0)) {
                 files++;
                 if (!capture_verify_is_runtime_file(f->d_name))
                     fprintf(stderr, "  src/%s/%s is missing from verify.c's runtime_files\n",
