@@ -2,7 +2,9 @@
 #include "capture/capture.h"
 
 #include "mango.h"
+#include "mango_capture_inline.h"
 
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +13,41 @@ __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 static unsigned n_ranges;
 static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
 static dedup_set *current_set;
+
+/* The inline fast path (include/mango_capture_inline.h) probes the primary set
+ * as dedup_add_block() does: same geometry, same hash, same layout. */
+_Static_assert(MANGO_CAPTURE_BLOCK == DEDUP_BLOCK, "fast path: block size");
+_Static_assert(MANGO_CAPTURE_SLOTS == DEDUP_SLOTS, "fast path: slots");
+_Static_assert(MANGO_CAPTURE_MAX_LOAD == DEDUP_MAX_LOAD, "fast path: load limit");
+_Static_assert(offsetof(struct mango_capture_set_view, key) == offsetof(dedup_set, key), "fast path: key");
+_Static_assert(offsetof(struct mango_capture_set_view, mask) == offsetof(dedup_set, mask), "fast path: mask");
+_Static_assert(offsetof(struct mango_capture_set_view, used_slot) == offsetof(dedup_set, used_slot),
+               "fast path: used_slot");
+_Static_assert(offsetof(struct mango_capture_set_view, count) == offsetof(dedup_set, count), "fast path: count");
+_Static_assert(sizeof(((dedup_set *)0)->key[0]) == sizeof(uint64_t) &&
+                   sizeof(((dedup_set *)0)->mask[0]) == sizeof(uint32_t) &&
+                   sizeof(((dedup_set *)0)->used_slot[0]) == sizeof(uint32_t) &&
+                   sizeof(((dedup_set *)0)->count) == sizeof(uint32_t),
+               "fast path: element types");
+#define SAME_HASH(b) (MANGO_CAPTURE_HASH(b) == DEDUP_HASH(b))
+_Static_assert(SAME_HASH(0x20) && SAME_HASH(0x7f0012345660ull) && SAME_HASH(0x555555554000ull) &&
+                   SAME_HASH(0xffffffffffffffe0ull) && SAME_HASH(0x1000000000ull),
+               "fast path: hash");
+
+/* Read by instrumented code on the combiner thread while it captures. */
+struct mango_capture_fastpath mango_capture_fastpath;
+
+/* MANGO_DEDUP=0 turns intra-batch deduplication off (benchmarks only). */
+static int dedup_off = -1;
+
+static bool dedup_is_off(void)
+{
+    if (dedup_off < 0) {
+        const char *v = getenv("MANGO_DEDUP");
+        dedup_off = v && strcmp(v, "0") == 0;
+    }
+    return dedup_off;
+}
 
 void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
 {
@@ -21,6 +58,17 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
         range_hi[i] = hi[i];
     }
     n_ranges = n;
+    /* The fast path covers the first range (the durable heap), shrunk to
+     * whole blocks. MANGO_DEDUP=0 must see every store, and
+     * MANGO_CAPTURE_FASTPATH=0 turns it off (comparisons). */
+    const char *fp = getenv("MANGO_CAPTURE_FASTPATH");
+    uintptr_t flo = 0, fhi = 0;
+    if (n > 0 && !dedup_is_off() && !(fp && strcmp(fp, "0") == 0)) {
+        flo = (lo[0] + DEDUP_BLOCK - 1) & ~(uintptr_t)(DEDUP_BLOCK - 1);
+        fhi = hi[0] & ~(uintptr_t)(DEDUP_BLOCK - 1);
+    }
+    mango_capture_fastpath.heap_lo = flo;
+    mango_capture_fastpath.heap_size = fhi > flo ? fhi - flo : 0;
 }
 
 bool capture_is_durable(uintptr_t addr, size_t len)
@@ -44,6 +92,7 @@ unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max)
 void capture_begin(dedup_set *set)
 {
     current_set = set;
+    mango_capture_fastpath.set = (struct mango_capture_set_view *)(void *)set;
     mango_capture_active = true;
 }
 
@@ -64,24 +113,20 @@ static void capture_range_nodedup(const void *addr, size_t len)
     }
 }
 
-bool mango_in_rw_command(void) { return mango_capture_active; }
+void mango_capture_spill(uintptr_t block, uint32_t mask)
+{
+    dedup_add_overflow(current_set, block, mask);
+}
 
-/* MANGO_DEDUP=0 turns intra-batch deduplication off (benchmarks only). */
-static int dedup_off = -1;
+bool mango_in_rw_command(void) { return mango_capture_active; }
 
 void mango_capture(const void *addr, size_t len)
 {
     if (!mango_capture_active || len == 0)
         return;
-    if (__builtin_expect(dedup_off != 0, 0)) {
-        if (dedup_off < 0) {
-            const char *v = getenv("MANGO_DEDUP");
-            dedup_off = v && strcmp(v, "0") == 0;
-        }
-        if (dedup_off) {
-            capture_range_nodedup(addr, len);
-            return;
-        }
+    if (__builtin_expect(dedup_off != 0, 0) && dedup_is_off()) {
+        capture_range_nodedup(addr, len);
+        return;
     }
     uintptr_t lo = (uintptr_t)addr, hi = lo + len;
     for (unsigned i = 0; i < n_ranges; i++) {

@@ -22,6 +22,9 @@
 #define DEDUP_BLOCK 32u
 #define DEDUP_SLOTS 4096u /* 32 KiB of keys + 16 KiB of masks */
 #define DEDUP_MAX_LOAD (DEDUP_SLOTS * 6 / 10)
+/* Home slot of a block (include/mango_capture_inline.h inlines the same probe
+ * into instrumented code; capture.c checks that the two agree). */
+#define DEDUP_HASH(block) ((uint32_t)(((uint64_t)(block) >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1))
 
 typedef struct dedup_overflow_chunk {
     struct dedup_overflow_chunk *next;
@@ -70,7 +73,7 @@ void dedup_append_nodedup(dedup_set *s, uintptr_t block, uint32_t mask);
 /* Inline fast path for one block. */
 static inline void dedup_add_block(dedup_set *s, uintptr_t block, uint32_t mask)
 {
-    uint32_t i = (uint32_t)((block >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1);
+    uint32_t i = DEDUP_HASH(block);
     for (;;) {
         uint64_t k = s->key[i];
         if (k == block) {

@@ -28,6 +28,24 @@
 //     call void @mango_capture(ptr %p, i64 %len) ...  ; one per range
 //     br label %cont
 //
+// When the module defines mango_capture_try_fast (include/mango_capture_inline.h,
+// which mango-cc force-includes when it links the real runtime), each capture
+// of a constant 1..32 bytes in the cold block first tries that inline fast
+// path (the dedup-set insert for a store within one block of the durable
+// heap) and calls mango_capture only when it returns 0:
+//
+//   mango.capture:
+//     %ok = call i32 @mango_capture_try_fast(ptr %p, i64 8)  ; inlined below
+//     %h = icmp ne i32 %ok, 0
+//     br i1 %h, label %mango.next, label %mango.slow
+//   mango.slow:
+//     call void @mango_capture(ptr %p, i64 8)
+//     br label %mango.next
+//
+// The pass inlines those calls itself (the inliner has run before
+// OptimizerLastEP, and never runs at -O0), then deletes the helper. Only the
+// flag test stays on the hot path.
+//
 // Inside a segment, writes with constant length through the same base
 // pointer (after stripping constant offsets) are merged into one capture of
 // the covering range when the gap between them is small. Capturing a superset
@@ -55,6 +73,7 @@
 #include "llvm/Analysis/ValueTracking.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DataLayout.h"
+#include "llvm/IR/DebugInfoMetadata.h"
 #include "llvm/IR/DerivedTypes.h"
 #include "llvm/IR/Function.h"
 #include "llvm/IR/GlobalVariable.h"
@@ -69,6 +88,8 @@
 #include "llvm/Passes/PassPlugin.h"
 #include "llvm/Support/raw_ostream.h"
 #include "llvm/Transforms/Utils/BasicBlockUtils.h"
+#include "llvm/Transforms/Utils/Cloning.h"
+#include "llvm/Transforms/Utils/ModuleUtils.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -80,6 +101,9 @@ namespace {
 
 const char *const FlagName = "mango_capture_active";
 const char *const CaptureName = "mango_capture";
+const char *const FastName = "mango_capture_try_fast";
+// Largest constant length handed to the fast path (one dedup block).
+constexpr uint64_t MaxFastLen = 32;
 const char *const NoCaptureAttr = "mango_no_capture";
 const char *const DoneFlag = "mango.capture.instrumented";
 
@@ -92,7 +116,8 @@ constexpr uint64_t MaxMergedSpan = 4096;
 struct Stats {
   unsigned Functions = 0, Stores = 0, Atomics = 0, MemIntrinsics = 0,
            Masked = 0, SkippedStack = 0, SkippedTLS = 0, SkippedAddrSpace = 0,
-           Checks = 0, Calls = 0, StrippedFns = 0, StrippedCalls = 0;
+           Checks = 0, Calls = 0, FastPaths = 0, StrippedFns = 0,
+           StrippedCalls = 0;
 };
 
 // One range to capture. Len == nullptr means ConstLen is the length.
@@ -118,6 +143,9 @@ private:
   const DataLayout *DL = nullptr;
   GlobalVariable *Flag = nullptr;
   FunctionCallee Capture;
+  Function *Fast = nullptr;           // mango_capture_try_fast, if defined
+  GlobalAlias *FastAlias = nullptr;   // C++: the extern "C" name is an alias
+  SmallVector<CallInst *, 64> ToInline;
   Type *IntPtrTy = nullptr;
   Stats S;
 
@@ -129,6 +157,8 @@ private:
   bool instrumentFunction(Function &F);
   void emitSegment(ArrayRef<Site> Seg);
   void stripAttributes(Module &M);
+  Function *findFastPath(Module &M);
+  void inlineFastPaths(Module &M);
 };
 
 bool startsWithMango(StringRef N) { return N.startswith("mango_"); }
@@ -171,6 +201,8 @@ bool MangoCapturePass::shouldInstrument(
   if (F.isDeclaration() || F.isIntrinsic())
     return false;
   if (startsWithMango(F.getName()))
+    return false;
+  if (&F == Fast) // C++ mangles its name (_ZL22mango_capture_try_fast...)
     return false;
   if (F.hasFnAttribute(Attribute::Naked) || F.hasFnAttribute(NoCaptureAttr) ||
       Annotated.count(&F))
@@ -353,6 +385,36 @@ void MangoCapturePass::emitSegment(ArrayRef<Site> Seg) {
   auto call = [&](Value *Ptr, Value *Len, const DebugLoc &DLoc) {
     CB.SetCurrentDebugLocation(DLoc);
     Value *L = CB.CreateZExtOrTrunc(Len, IntPtrTy);
+    auto *CL = dyn_cast<ConstantInt>(L);
+    if (Fast && CL && CL->getZExtValue() >= 1 &&
+        CL->getZExtValue() <= MaxFastLen) {
+      // if (!mango_capture_try_fast(p, len)) mango_capture(p, len);
+      CallInst *Ok = CB.CreateCall(Fast, {Ptr, L}, "mango.fast");
+      Ok->setDoesNotThrow();
+      // Inlining needs a location in this function's subprogram when it has
+      // one (else the helper's own locations would land here un-inlined).
+      if (!Ok->getDebugLoc())
+        if (DISubprogram *SP = Ok->getFunction()->getSubprogram())
+          Ok->setDebugLoc(DILocation::get(SP->getContext(), 0, 0, SP));
+      ToInline.push_back(Ok);
+      Value *Miss = CB.CreateICmpEQ(
+          Ok, ConstantInt::get(Ok->getType(), 0), "mango.miss");
+      // Split before the cold block's terminator, which moves to the
+      // continuation; CB goes on inserting before it there.
+      Instruction *Term = &*CB.GetInsertPoint();
+      Instruction *SlowTerm =
+          SplitBlockAndInsertIfThen(Miss, Term, /*Unreachable=*/false);
+      CB.SetInsertPoint(Term);
+      SlowTerm->getParent()->setName("mango.slow");
+      SlowTerm->getParent()->getSingleSuccessor()->setName("mango.next");
+      IRBuilder<> SB(SlowTerm);
+      SB.SetCurrentDebugLocation(DLoc);
+      CallInst *C = SB.CreateCall(Capture, {Ptr, L});
+      C->setDoesNotThrow();
+      ++S.FastPaths;
+      ++S.Calls;
+      return;
+    }
     CallInst *C = CB.CreateCall(Capture, {Ptr, L});
     C->setDoesNotThrow();
     ++S.Calls;
@@ -432,6 +494,67 @@ bool MangoCapturePass::instrumentFunction(Function &F) {
     emitSegment(Seg);
   ++S.Functions;
   return true;
+}
+
+// The helper of include/mango_capture_inline.h, if this module defines it
+// with the expected type: i32 (ptr, iN) with iN the pointer-sized integer.
+// (C++ mangles the static function and makes its extern "C" name an alias.)
+Function *MangoCapturePass::findFastPath(Module &M) {
+  FastAlias = nullptr;
+  Function *F = M.getFunction(FastName);
+  if (!F) {
+    if (GlobalAlias *GA = M.getNamedAlias(FastName)) {
+      F = dyn_cast<Function>(GA->getAliasee()->stripPointerCasts());
+      if (F)
+        FastAlias = GA;
+    }
+  }
+  if (!F || F->isDeclaration())
+    return nullptr;
+  FunctionType *FT = F->getFunctionType();
+  if (FT->getNumParams() != 2 || !FT->getReturnType()->isIntegerTy() ||
+      !FT->getParamType(0)->isPointerTy() || FT->getParamType(1) != IntPtrTy ||
+      F->isVarArg()) {
+    errs() << "mango-capture: warning: " << FastName
+           << " has an unexpected type; fast path not used\n";
+    return nullptr;
+  }
+  return F;
+}
+
+// Inline every call the pass made to the helper, then delete the helper (its
+// `used` attribute only kept it alive for us).
+void MangoCapturePass::inlineFastPaths(Module &M) {
+  if (!Fast)
+    return;
+  for (CallInst *C : ToInline) {
+    InlineFunctionInfo IFI;
+    InlineResult R = InlineFunction(*C, IFI);
+    if (!R.isSuccess())
+      errs() << "mango-capture: warning: could not inline " << FastName
+             << " into " << C->getFunction()->getName() << ": "
+             << R.getFailureReason() << "\n";
+    // A call left in place still works: the helper then stays defined.
+  }
+  ToInline.clear();
+  removeFromUsedLists(M, [&](Constant *C) {
+    Constant *S = C->stripPointerCasts();
+    return S == Fast || (FastAlias && S == FastAlias);
+  });
+  if (FastAlias) {
+    FastAlias->removeDeadConstantUsers(); // the old used-list array
+    if (FastAlias->use_empty() && FastAlias->hasLocalLinkage())
+      FastAlias->eraseFromParent();
+    else if (FastAlias->hasLocalLinkage())
+      appendToCompilerUsed(M, {FastAlias});
+    FastAlias = nullptr;
+  }
+  Fast->removeDeadConstantUsers(); // the old used-list array
+  if (Fast->use_empty() && Fast->hasLocalLinkage())
+    Fast->eraseFromParent();
+  else if (Fast->hasLocalLinkage())
+    appendToCompilerUsed(M, {Fast}); // still called: keep it alive
+  Fast = nullptr;
 }
 
 void stripFnAttrs(AttributeList &AL, LLVMContext &C, unsigned NumParams,
@@ -514,9 +637,13 @@ PreservedAnalyses MangoCapturePass::run(Module &M, ModuleAnalysisManager &) {
                                      {PointerType::get(C, 0), IntPtrTy},
                                      false));
 
+  Fast = findFastPath(M);
+  ToInline.clear();
+
   for (Function &F : M)
     if (shouldInstrument(F, Annotated))
       instrumentFunction(F);
+  inlineFastPaths(M);
   stripAttributes(M);
   M.addModuleFlag(Module::Warning, DoneFlag, 1);
 
@@ -525,7 +652,8 @@ PreservedAnalyses MangoCapturePass::run(Module &M, ModuleAnalysisManager &) {
            << ": functions=" << S.Functions << " stores=" << S.Stores
            << " atomics=" << S.Atomics << " memintrinsics=" << S.MemIntrinsics
            << " masked=" << S.Masked << " checks=" << S.Checks
-           << " calls=" << S.Calls << " skipped_stack=" << S.SkippedStack
+           << " calls=" << S.Calls << " fast_paths=" << S.FastPaths
+           << " skipped_stack=" << S.SkippedStack
            << " skipped_tls=" << S.SkippedTLS
            << " skipped_addrspace=" << S.SkippedAddrSpace
            << " stripped_fns=" << S.StrippedFns

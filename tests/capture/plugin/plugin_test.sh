@@ -56,6 +56,32 @@ driver)
         echo "unknown --mango- option accepted" >&2
         exit 1
     fi ;;
+fastpath)
+    # The inline fast path (include/mango_capture_inline.h, force-included by
+    # the drivers when they link the real runtime): used, inlined everywhere
+    # and deleted, in C and C++ (mangled helper name), at -O0 and -O2, and the
+    # IR verifies; not used with --mango-no-runtime.
+    cat > fp.c <<'FP'
+#include <string.h>
+struct S { long a; int b; char c[40]; };
+void f(struct S *s, long v) { s->a = v; memset(s->c, 1, 40); }
+void g(struct S *s, int v) { s->b = v; }
+FP
+    for opt in O0 O2; do
+        for drv in "$MANGO_CC" "$MANGO_CXX -x c++"; do
+            MANGO_CC_STATS=1 $drv -"$opt" -g -S -emit-llvm fp.c -o fp.ll 2> stats.txt
+            cat stats.txt
+            grep -q 'fast_paths=[1-9]' stats.txt
+            ! grep -q '^define.*mango_capture_try_fast' fp.ll
+            ! grep -q 'call.*mango_capture_try_fast' fp.ll
+            grep -q 'load .*@mango_capture_fastpath' fp.ll
+            grep -q 'call void @mango_capture(' fp.ll
+            if [ -n "$OPT" ]; then "$OPT" -passes=verify -disable-output fp.ll; fi
+        done
+    done
+    MANGO_CC_STATS=1 "$MANGO_CC" --mango-no-runtime -O2 -S -emit-llvm fp.c -o fp.ll 2> stats.txt
+    grep -q 'fast_paths=0' stats.txt
+    ! grep -q 'mango_capture_fastpath' fp.ll ;;
 link_runtime)
     # Default mode links the real runtime archive.
     cat > prog.c <<'PROG'
