@@ -120,6 +120,19 @@ int mango_shutdown(void);
  * error code if the runtime has failed (the command did not run). */
 int mango_client_cmd(void *ctx);
 
+/* Event-loop mode, for single-threaded servers (e.g. Redis) that execute
+ * commands themselves and want every read-write command of one loop pass in
+ * one batch: mango_batch_begin() takes the write side (waiting for other
+ * threads' commands to drain) and starts capture; the caller executes any
+ * number of commands; mango_batch_end() commits them with one sync and
+ * returns 0 once they are durable: only then may their replies be sent.
+ * On error (MANGO_EIO, MANGO_EFAILED) nothing of the batch may be
+ * acknowledged and the runtime accepts no more writes. Do not call
+ * mango_client_cmd from inside a batch. */
+int mango_batch_begin(void);
+int mango_batch_end(void);
+bool mango_batch_open(void);
+
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
  * (or was just) written by the current read-write command. A no-op outside
  * read-write commands. The compiler plugin emits these automatically. */

@@ -378,9 +378,9 @@ int fc_execute(fc *f, void *ctx)
     return r;
 }
 
-int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)
+int fc_exclusive_begin(fc *f)
 {
-    if (!f || !fn)
+    if (!f)
         return MANGO_EINVAL;
     while (!wr_try_acquire(f))
         fw_wait_while_eq(&f->wrflag, &f->wrwaiters, 1);
@@ -388,10 +388,25 @@ int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)
      * when we release it. */
     drain_readers(f, false);
     int r = hook_begin(f, 1);
-    if (r == 0) {
-        fn(arg);
-        r = hook_end(f);
-    }
+    if (r != 0)
+        wr_release(f);
+    return r;
+}
+
+int fc_exclusive_end(fc *f)
+{
+    int r = hook_end(f);
     wr_release(f);
     return r;
+}
+
+int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)
+{
+    if (!fn)
+        return MANGO_EINVAL;
+    int r = fc_exclusive_begin(f);
+    if (r != 0)
+        return r;
+    fn(arg);
+    return fc_exclusive_end(f);
 }

@@ -46,4 +46,10 @@ int fc_execute(fc *f, void *ctx);
  * the application's init_state and for shutdown). */
 int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg);
 
+/* The same as a span: take the write side and run batch_begin; the caller runs
+ * its commands; fc_exclusive_end runs batch_end, releases, returns its result.
+ * Returns batch_begin's error (and holds nothing) on failure. */
+int fc_exclusive_begin(fc *f);
+int fc_exclusive_end(fc *f);
+
 #endif

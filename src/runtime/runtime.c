@@ -403,6 +403,33 @@ int mango_client_cmd(void *ctx)
     return fc_execute(rt.fc, ctx);
 }
 
+static __thread bool batch_open_here;
+
+int mango_batch_begin(void)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_begin: a batch is already open on this thread");
+    int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
+    if (f)
+        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+    int rc = fc_exclusive_begin(rt.fc);
+    if (rc == MANGO_OK)
+        batch_open_here = true;
+    return rc;
+}
+
+int mango_batch_end(void)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_end: no batch is open on this thread");
+    batch_open_here = false;
+    return fc_exclusive_end(rt.fc);
+}
+
+bool mango_batch_open(void) { return batch_open_here; }
+
 int mango_shutdown(void)
 {
     if (!rt.up)
