@@ -14,6 +14,8 @@ PINNED=(
   python3-pytest=7.2.1-2
   clang-16=1:16.0.6-15~deb12u1
   llvm-16-dev=1:16.0.6-15~deb12u1
+  redis-server=5:7.0.15-1~deb12u10
+  redis-tools=5:7.0.15-1~deb12u10
 )
 
 missing=()
@@ -29,6 +31,14 @@ if ((${#missing[@]})); then
   fi
   echo "setup: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
+  # Do not let package scripts start services (redis-server would start a
+  # system Redis on port 6379): the tests start their own servers.
+  created_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    created_policy=1
+    trap '[ "$created_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d' EXIT
+  fi
   apt-get update -qq
   if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
     echo "setup: a pinned version is gone from the archive; installing current versions" >&2

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# bench.ycsb_smoke: start a throwaway redis-server (no persistence) on a free
+# loopback port, load 1000 records, run YCSB workload A for 2 s with 8 clients
+# and --check, and check that ops_per_sec > 0 and errors = 0.
+# Usage: ycsb_smoke.sh YCSB_REDIS [REDIS_SERVER]. Exits 77 (skip) without redis-server.
+set -u
+ycsb=${1:?usage: ycsb_smoke.sh YCSB_REDIS [REDIS_SERVER]}
+server=${2:-}
+if [ -z "$server" ] || [ ! -x "$server" ]; then
+  server=$(command -v redis-server || true)
+fi
+if [ -z "$server" ]; then
+  echo "SKIP: redis-server is not installed (Debian: apt-get install redis-server)"
+  exit 77
+fi
+
+tmp=$(mktemp -d /tmp/ycsb_smoke.XXXXXX)
+pid=""
+cleanup() {
+  if [ -n "$pid" ]; then
+    kill "$pid" 2>/dev/null
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null
+  fi
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A random port that nothing listens on; retry if the server fails to bind it.
+port=""
+for attempt in $(seq 1 10); do
+  p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+  if "$ycsb" ping --port "$p" --timeout 0.05 >/dev/null 2>&1; then
+    continue # something already answers there
+  fi
+  "$server" --port "$p" --bind 127.0.0.1 --save "" --appendonly no --daemonize no \
+    --dir "$tmp" --logfile "$tmp/redis.log" &
+  pid=$!
+  if "$ycsb" ping --port "$p" --timeout 5 >/dev/null && kill -0 "$pid" 2>/dev/null; then
+    port=$p
+    break
+  fi
+  echo "redis-server did not come up on port $p (attempt $attempt):"
+  tail -n 3 "$tmp/redis.log" 2>/dev/null
+  kill "$pid" 2>/dev/null
+  wait "$pid" 2>/dev/null
+  pid=""
+done
+if [ -z "$port" ]; then
+  echo "FAIL: could not start redis-server on a free port"
+  exit 1
+fi
+echo "redis-server $("$server" --version | awk '{print $3}') on 127.0.0.1:$port (pid $pid)"
+
+"$ycsb" load --port "$port" -r 1000 -c 8 --progress 0 >"$tmp/load.out"
+rc=$?
+cat "$tmp/load.out"
+if [ $rc -ne 0 ]; then echo "FAIL: load exited with $rc"; exit 1; fi
+
+"$ycsb" run --port "$port" -r 1000 -w A -c 8 -s 2 --check --progress 1 >"$tmp/run.out"
+rc=$?
+cat "$tmp/run.out"
+if [ $rc -ne 0 ]; then echo "FAIL: run exited with $rc"; exit 1; fi
+
+line=$(grep '^workload=' "$tmp/run.out" | tail -n 1)
+ops=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
+errs=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^errors=//p')
+if [ -z "$ops" ] || [ -z "$errs" ]; then echo "FAIL: no key=value result line"; exit 1; fi
+if ! awk -v v="$ops" 'BEGIN { exit !(v > 0) }'; then echo "FAIL: ops_per_sec=$ops"; exit 1; fi
+if [ "$errs" != 0 ]; then echo "FAIL: errors=$errs"; exit 1; fi
+echo "PASS: ops_per_sec=$ops errors=$errs"
