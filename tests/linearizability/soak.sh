@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# soak.sh -- kill -9 torture with history checking, for long: CAMPAIGNS
+# independent campaigns of ROUNDS kills each (fresh pool and history each, so
+# Porcupine's work stays bounded), every history checked for linearizability.
+#   tests/linearizability/soak.sh [CAMPAIGNS=10] [ROUNDS=50] [BUILD=build]
+set -euo pipefail
+campaigns=${1:-10}
+rounds=${2:-50}
+build=${3:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+kv=$build/examples/kvstore/kvstore
+check=$build/tests/linearizability/kv_history.lincheck
+[ -x "$kv" ] && [ -x "$check" ] || { echo "soak: build first (ctest builds $check)" >&2; exit 2; }
+work=$(mktemp -d /dev/shm/mango-hsoak.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+total_ops=0; total_pending=0; total_rounds=0
+for c in $(seq 1 "$campaigns"); do
+  rm -rf "$work/h" "$work/pool"; mkdir -p "$work/h"
+  "$kv" history-test --pool "$work/pool" --history "$work/h" --mode sim --rounds "$rounds" \
+      --threads 4 --keys 8 --update-pct 50 --think-us 200 --min-ms 30 --max-ms 300 \
+      --pool-size 16M --log-size 4M --quiet > "$work/run.log" 2>&1
+  out=$("$check" "$work/h" | tail -1)
+  echo "campaign $c/$campaigns: $out"
+  case "$out" in *linearizable=true*) ;; *) echo "soak: NOT linearizable (history kept in $work/h)"; trap - EXIT; exit 1 ;; esac
+  ops=$(sed -n 's/.*ops=\([0-9]*\).*/\1/p' <<<"$out"); pend=$(sed -n 's/.*pending=\([0-9]*\).*/\1/p' <<<"$out")
+  total_ops=$((total_ops + ops)); total_pending=$((total_pending + pend)); total_rounds=$((total_rounds + rounds))
+done
+echo "kill_rounds=$total_rounds ops=$total_ops pending=$total_pending linearizable=true"
