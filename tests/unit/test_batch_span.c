@@ -11,16 +11,7 @@
 
 #include "mango.h"
 
-static int passed, failed;
-#define CHECK(c)                                                        \
-    do {                                                                \
-        if (c)                                                          \
-            passed++;                                                   \
-        else {                                                          \
-            failed++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
-        }                                                               \
-    } while (0)
+#include "check.h"
 
 static uint64_t *pair; /* durable: two counters kept equal by every batch */
 
@@ -94,6 +85,5 @@ int main(void)
     CHECK(pair[0] == 20000 && pair[1] == 20000);
     CHECK(mango_shutdown() == 0);
     unlink(pool);
-    printf("test_batch_span: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_batch_span");
 }

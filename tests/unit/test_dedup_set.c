@@ -8,16 +8,7 @@
 
 #include "capture/dedup_set.h"
 
-static int passed, failed;
-#define CHECK(c)                                                        \
-    do {                                                                \
-        if (c)                                                          \
-            passed++;                                                   \
-        else {                                                          \
-            failed++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
-        }                                                               \
-    } while (0)
+#include "check.h"
 
 #define SPAN (8u << 20) /* model of 8 MiB of memory */
 static uint8_t *written, *reported;
@@ -101,6 +92,5 @@ int main(void)
     dedup_clear(s);
 
     dedup_destroy(s);
-    printf("test_dedup_set: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_dedup_set");
 }

@@ -9,16 +9,7 @@
 
 #include "mango.h"
 
-static int passed, failed;
-#define CHECK(c)                                                        \
-    do {                                                                \
-        if (c)                                                          \
-            passed++;                                                   \
-        else {                                                          \
-            failed++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #c); \
-        }                                                               \
-    } while (0)
+#include "check.h"
 
 static uint64_t *counter; /* .bss, durable: points into the durable heap */
 
@@ -76,6 +67,5 @@ int main(void)
     CHECK(mango_shutdown() == 0);
     unlink(a);
     unlink(b);
-    printf("test_reinit: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_reinit");
 }
