@@ -132,6 +132,11 @@ int mango_client_cmd(void *ctx);
 int mango_batch_begin(void);
 int mango_batch_end(void);
 bool mango_batch_open(void);
+/* Inside an open batch: pause capture and durable allocation on this thread
+ * (e.g. while an event loop parses the next request), and resume them. The
+ * batch stays open; mango_batch_end may be called paused or not. */
+int mango_batch_pause(void);
+int mango_batch_resume(void);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
  * (or was just) written by the current read-write command. A no-op outside

@@ -424,11 +424,34 @@ int mango_batch_end(void)
 {
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_end: no batch is open on this thread");
+    mango_batch_resume(); /* a paused batch ends like any other */
     batch_open_here = false;
     return fc_exclusive_end(rt.fc);
 }
 
 bool mango_batch_open(void) { return batch_open_here; }
+
+int mango_batch_pause(void)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_pause: no batch is open on this thread");
+    if (rt.durable) {
+        mango_capture_active = false;
+        split_alloc_rw_thread = false;
+    }
+    return MANGO_OK;
+}
+
+int mango_batch_resume(void)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_resume: no batch is open on this thread");
+    if (rt.durable) {
+        mango_capture_active = true;
+        split_alloc_rw_thread = true;
+    }
+    return MANGO_OK;
+}
 
 int mango_shutdown(void)
 {

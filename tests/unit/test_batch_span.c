@@ -78,6 +78,22 @@ int main(void)
     CHECK(atomic_load(&torn_reads) == 0);
     CHECK(s1.batches - s0.batches == 2000);
     CHECK(s1.frontend_syncs - s0.frontend_syncs == 2000); /* one sync per span */
+    /* pause/resume: allocations while paused are transient, durable again after */
+    CHECK(mango_batch_pause() == MANGO_EINVAL); /* no batch open */
+    CHECK(mango_batch_begin() == 0);
+    void *durable = malloc(64);
+    CHECK(mango_batch_pause() == 0);
+    void *transient = malloc(64);
+    CHECK(!mango_in_rw_command());
+    CHECK(mango_batch_resume() == 0);
+    void *durable2 = malloc(64);
+    CHECK((uintptr_t)durable >= 0x600000000000ull && (uintptr_t)durable2 >= 0x600000000000ull);
+    CHECK((uintptr_t)transient < 0x600000000000ull);
+    free(durable);
+    free(durable2);
+    CHECK(mango_batch_pause() == 0);
+    CHECK(mango_batch_end() == 0); /* ends while paused */
+    free(transient);
     CHECK(mango_batch_end() == MANGO_EINVAL);              /* nothing open */
     CHECK(mango_batch_begin() == 0 && mango_batch_begin() == MANGO_EINVAL && mango_batch_end() == 0);
     CHECK(mango_shutdown() == 0);

@@ -1,0 +1,41 @@
+/* mango_adapter.h -- Mangosteen integration for Redis 7.0.15 (see docs/redis.md).
+ *
+ * Redis runs in Mangosteen's event-loop mode: every piece of code that may
+ * change the datasets runs inside a "write section" (mangoWriteBegin/End).
+ * The first write section of an event-loop pass opens a batch; later ones
+ * resume it; mangoCommit() in beforeSleep() ends it (one commit, one sync)
+ * before any reply is written to a socket. Between write sections of the
+ * same pass the batch stays open but capture and durable allocation are
+ * paused, so reading and parsing other clients' requests stays transient.
+ */
+#ifndef MANGO_ADAPTER_H
+#define MANGO_ADAPTER_H
+
+/* Called in main() right after the dict hash seed is set and before any dict
+ * exists or the config is loaded (recovery restores the pool's hash seed and
+ * the config then overrides any other restored global): opens or creates the
+ * pool (env MANGO_POOL, MANGO_MODE, MANGO_POOL_SIZE, MANGO_LOG_SIZE). */
+void mangoRedisInit(void);
+/* Replaces initServer()'s database creation and createSharedObjects(): on a
+ * fresh pool both are created inside a batch (durable); on a recovered pool
+ * they were restored by mango_init. Per-db client bookkeeping dicts
+ * (blocking_keys, ready_keys, watched_keys) are always created transient. */
+void mangoCreateDatabases(void);
+/* Enter/leave a write section (nestable). */
+void mangoWriteBegin(void);
+void mangoWriteEnd(void);
+/* Make a write command's arguments durable copies (they are stored into the
+ * keyspace as they are, e.g. SET's value). */
+struct client;
+void mangoDurableArgv(struct client *c);
+/* End the pass's batch, if one is open; returns once it is durable. */
+void mangoCommit(void);
+/* Is durability on? (replies then use the AE write barrier, like
+ * appendfsync always, so a reply is never sent in the pass that made it) */
+int mangoEnabled(void);
+/* Is a batch open (replies of this pass must not be sent yet)? */
+int mangoBatchOpen(void);
+/* Used by dict.c: may this dict take an incremental rehash step now? */
+int mangoDictMayRehash(const void *d);
+
+#endif
