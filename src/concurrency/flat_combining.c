@@ -80,6 +80,11 @@ struct fc {
 
     _Alignas(FC_CACHELINE) fc_hooks hooks;
     unsigned max_threads;
+    /* Slots ever claimed: scans stop here instead of at max_threads. Raised
+     * (seq_cst) before a slot's owner touches rflag or status, and read
+     * (seq_cst) after the combiner's CAS on wrflag: a reader the combiner's
+     * scan misses raised it later, so it then sees wrflag and backs off. */
+    _Atomic unsigned hwm;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
     unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
     unsigned decay_tick;
@@ -118,6 +123,9 @@ static fc_slot *slot_get(fc *f)
             atomic_store_explicit(&s->owned, 0, memory_order_release);
             return NULL;
         }
+        unsigned want = i + 1, cur = atomic_load(&f->hwm);
+        while (cur < want && !atomic_compare_exchange_weak(&f->hwm, &cur, want))
+            ;
         return s;
     }
     return NULL;
@@ -145,7 +153,8 @@ static void wr_release(fc *f)
  * combiner's half of the Dekker handshake (its CAS on wrflag came first). */
 static int find_reader(fc *f)
 {
-    for (unsigned j = 0; j < f->max_threads; j++)
+    unsigned n = atomic_load_explicit(&f->hwm, memory_order_seq_cst);
+    for (unsigned j = 0; j < n; j++)
         if (atomic_load_explicit(&f->slots[j].rflag, memory_order_seq_cst))
             return (int)j;
     return -1;
@@ -154,8 +163,8 @@ static int find_reader(fc *f)
 /* Mark every READY slot STARTED; returns how many were taken. */
 static unsigned collect_ready(fc *f)
 {
-    unsigned n = 0;
-    for (unsigned j = 0; j < f->max_threads; j++) {
+    unsigned n = 0, hwm = atomic_load_explicit(&f->hwm, memory_order_seq_cst);
+    for (unsigned j = 0; j < hwm; j++) {
         fc_slot *s = &f->slots[j];
         if (atomic_load_explicit(&s->status, memory_order_acquire) ==
             FC_READY) {
@@ -241,10 +250,13 @@ static void combine(fc *f)
     unsigned n = drain_readers(f, true);
     if (n > 0) {
         n = gather(f, n);
+        /* Read after the last collection: every STARTED slot lies below the
+         * mark that collection used, and the mark only grows. */
+        unsigned hwm = atomic_load_explicit(&f->hwm, memory_order_seq_cst);
         note_batch_size(f, n);
         int r = hook_begin(f, n);
         if (r == 0) {
-            for (unsigned j = 0; j < f->max_threads; j++) {
+            for (unsigned j = 0; j < hwm; j++) {
                 fc_slot *s = &f->slots[j];
                 if (atomic_load_explicit(&s->status, memory_order_relaxed) ==
                     FC_STARTED)
@@ -252,7 +264,7 @@ static void combine(fc *f)
             }
             r = hook_end(f);
         }
-        for (unsigned j = 0; j < f->max_threads; j++) {
+        for (unsigned j = 0; j < hwm; j++) {
             fc_slot *s = &f->slots[j];
             if (atomic_load_explicit(&s->status, memory_order_relaxed) !=
                 FC_STARTED)
@@ -283,6 +295,7 @@ int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks)
     f->max_threads = max_threads;
     atomic_init(&f->wrflag, 0);
     atomic_init(&f->wrwaiters, 0);
+    atomic_init(&f->hwm, 0);
     for (unsigned i = 0; i < max_threads; i++) {
         fc_slot *s = &f->slots[i];
         atomic_init(&s->rflag, 0);
