@@ -32,16 +32,7 @@
 #include "capture/verify.h"
 #include "mango.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 /* ---- commands ---- */
 
@@ -389,6 +380,5 @@ int main(void)
 
     unlink(pool_path);
     unlink(report_path);
-    printf("test_capture_verify: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_capture_verify");
 }

@@ -31,23 +31,13 @@
 
 #include "alloc/durable_heap.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            if (failed < 20)                                                     \
-                fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 /* For checks inside hot loops: count a pass only once per call site. */
 #define REQUIRE(cond)                                                            \
     do {                                                                         \
         if (!(cond)) {                                                           \
-            failed++;                                                            \
-            if (failed < 20)                                                     \
+            check_failed++;                                                            \
+            if (check_failed < 20)                                                     \
                 fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);  \
         }                                                                        \
     } while (0)
@@ -613,6 +603,5 @@ int main(int argc, char **argv)
     CHECK(g_bad_captures == 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     printf("elapsed %.2f s\n", (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
-    printf("test_durable_heap: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_durable_heap");
 }

@@ -44,16 +44,7 @@
 
 #define DURABLE_BASE 0x600000000000ULL
 
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 /* Opaque to the optimiser: no builtin expansion, no constant sizes. */
 static void *launder(void *p)
@@ -870,11 +861,11 @@ int main(int argc, char **argv)
         bool control = op == OP_CONTROL;
         if (rc != 0 || !c.ok || (control ? missed == 0 : missed != 0) ||
             (!control && op != OP_PREP_ZERO && op != OP_PREP_TOK && c.nreg == 0)) {
-            failed++;
+            check_failed++;
             fprintf(stderr, "FAIL op %s: rc=%d ok=%d missed_blocks=%llu regions=%d\n", op_name[op], rc,
                     c.ok, (unsigned long long)missed, c.nreg);
         } else {
-            passed++;
+            check_passed++;
         }
         CHECK(s1.verify_batches > s0.verify_batches);
         for (int i = 0; i < c.nreg; i++) {
@@ -904,18 +895,17 @@ int main(int argc, char **argv)
     int bad = WIFEXITED(ws) ? WEXITSTATUS(ws) : 200;
     if (bad) {
         fprintf(stderr, "FAIL recovery check: child status %d\n", bad);
-        failed++;
+        check_failed++;
     } else {
-        passed += (int)g_nrecs; /* each region survived (or, the control, was lost) */
+        check_passed += (int)g_nrecs; /* each region survived (or, the control, was lost) */
     }
 
     unlink(pool_path);
     unlink(recs_path);
     unlink(data_path);
-    if (!failed)
+    if (!check_failed)
         unlink(report_path);
     else
         fprintf(stderr, "verifier report kept in %s\n", report_path);
-    printf("test_libc_interpose: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_libc_interpose");
 }

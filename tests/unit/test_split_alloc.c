@@ -21,16 +21,7 @@
 #include "alloc/durable_heap.h"
 #include "alloc/split_alloc.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
-    } while (0)
+#include "check.h"
 
 static char *g_base;
 static size_t g_cap;
@@ -214,6 +205,5 @@ int main(void)
 
     dheap_detach();
     munmap(g_base, g_cap);
-    printf("test_split_alloc: %d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_split_alloc");
 }

@@ -28,16 +28,7 @@
 
 #include "mango.h"
 
-static int passed, failed;
-#define CHECK(cond)                                                              \
-    do {                                                                         \
-        if (cond) {                                                              \
-            passed++;                                                            \
-        } else {                                                                 \
-            failed++;                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);      \
-        }                                                                        \
-    } while (0)
+#include "../../unit/check.h"
 
 /* ---- slow-path counter (transient memory: not durable, not verified) ---- */
 
@@ -300,6 +291,5 @@ int main(int argc, char **argv)
     CHECK(st.verify_missed_blocks == 0);
     mango_shutdown();
     unlink(pool);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return check_report("test_capture_fastpath");
 }
