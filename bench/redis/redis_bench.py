@@ -1,0 +1,655 @@
+#!/usr/bin/env python3
+"""redis_bench.py -- durable Redis (Mangosteen) vs stock Redis, YCSB side by side.
+
+Issue #5 acceptance benchmark. For every cell (client count x workload mix) it
+runs every system once, in an order rotated from cell to cell so that machine
+drift hits all systems alike. Each run starts the server fresh (new pool file,
+new AOF directory), loads --records YCSB records with ycsb_redis, runs the mix
+for --seconds in a closed loop and kills the server.
+
+Systems (--systems):
+  durable-emulated   redis-server-durable, MANGO_MODE=emulated, pool on /dev/shm
+  durable-fs         redis-server-durable, MANGO_MODE=fs, pool in --fs-dir
+  stock-none         /usr/bin/redis-server, --save "" --appendonly no
+  stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
+  stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
+  stock-aof-always-shm  AOF always with the AOF on /dev/shm (tmpfs; fair
+                     comparison for durable-emulated, not durable itself)
+
+Mixes (--mixes): YCSB A (50/50 read/update), B (95/5), C (read only),
+F (50 read / 50 read-modify-write) and U<P> (P% updates, the rest reads).
+A is the same mix as U50, C as U0, B as U5: the update-ratio plot uses them.
+
+Recovery (--recovery-gb G > 0): loads about G GB of record payload (G*1e6
+records of 10 x 100 bytes), then measures the time from exec to the first
+PING answer of (a) the durable server after SIGKILL (its pool in
+/dev/shm and in --fs-dir), (b) stock Redis loading an AOF (appendonly yes,
+everysec, written by the load; SIGKILL, restart), (c) stock Redis loading an
+RDB (SAVE, SIGKILL, restart with appendonly no). Page cache is warm.
+
+Outputs in --out: results.csv, results.md, fig5_update_ratio.png,
+fig6_clients_A.png (matplotlib), recovery.csv (with --recovery-gb).
+
+--quick: the CTest smoke (2 systems, workload A, 4 clients, 2000 records,
+1 s); exits 77 (skip) when stock redis-server is missing.
+Exit status: 0 ok; 1 a run failed or had errors; 2 usage; 77 skipped.
+"""
+
+import argparse
+import csv
+import json
+import datetime
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+ALL_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always",
+               "stock-aof-everysec", "stock-aof-always-shm"]
+DEFAULT_SYSTEMS = ALL_SYSTEMS[:5]
+MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
+CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status",
+              "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
+              "errors", "load_seconds", "load_ops_per_sec", "wall_s"]
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def csv_list(s):
+    return [x.strip() for x in s.split(",") if x.strip()]
+
+
+def int_list(s):
+    return [int(x) for x in csv_list(s)]
+
+
+def mix_update_pct(mix):
+    if mix in MIX_UPDATE_PCT:
+        return MIX_UPDATE_PCT[mix]
+    return int(mix[1:])
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def ping_once(port, timeout=0.2):
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(b"PING\r\n")
+            data = s.recv(64)
+            return data.startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_cmd(port, *args, timeout=600):
+    """One command over RESP, returns the raw reply line (simple/int/error/bulk header)."""
+    req = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        req += b"$%d\r\n%s\r\n" % (len(a), a)
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(req)
+        buf = b""
+        while b"\r\n" not in buf:
+            d = s.recv(4096)
+            if not d:
+                break
+            buf += d
+        return buf.split(b"\r\n")[0].decode(errors="replace")
+
+
+class Server:
+    """One server instance of a system, with its own files."""
+
+    def __init__(self, args, system, workdir, tag, pool_size=None):
+        self.args, self.system = args, system
+        self.port = free_port()
+        self.dir = os.path.join(workdir, "%s-%s" % (system, tag))
+        fsdir = os.path.join(args.fs_dir, "mango-redis-bench-%d" % os.getpid())
+        shmdir = os.path.join(args.shm_dir, "mango-redis-bench-%d" % os.getpid())
+        self.env = dict(os.environ)
+        self.extra = []
+        self.cleanup_paths = [self.dir]
+        self.pool = None
+        if system.startswith("durable"):
+            self.binary = args.durable
+            base = shmdir if system == "durable-emulated" else fsdir
+            os.makedirs(base, exist_ok=True)
+            self.pool = os.path.join(base, "%s-%s.pool" % (system, tag))
+            self.env["MANGO_POOL"] = self.pool
+            self.env["MANGO_MODE"] = "emulated" if system == "durable-emulated" else "fs"
+            if pool_size or args.pool_size:
+                self.env["MANGO_POOL_SIZE"] = pool_size or args.pool_size
+            if args.log_size:
+                self.env["MANGO_LOG_SIZE"] = args.log_size
+            self.cleanup_paths.append(self.pool)
+            self.extra = ["--appendonly", "no"]
+        else:
+            self.binary = args.stock
+            if system == "stock-none":
+                self.extra = ["--appendonly", "no"]
+            else:
+                base = shmdir if system.endswith("-shm") else fsdir
+                self.dir = os.path.join(base, "%s-%s" % (system, tag))
+                self.cleanup_paths = [self.dir]
+                fsync = "everysec" if "everysec" in system else "always"
+                self.extra = ["--appendonly", "yes", "--appendfsync", fsync]
+        self.proc = None
+        self.remove_files()
+        os.makedirs(self.dir, exist_ok=True)
+
+    def remove_files(self):
+        for p in self.cleanup_paths:
+            if os.path.isdir(p):
+                shutil.rmtree(p, ignore_errors=True)
+            elif os.path.exists(p):
+                os.unlink(p)
+
+    def start(self, extra=None, logname="server.log", timeout=600):
+        """Starts the server; returns seconds from exec to the first PING answer."""
+        cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+               "--daemonize", "no", "--dir", self.dir,
+               "--logfile", os.path.join(self.dir, logname)] + (extra if extra is not None else self.extra)
+        t0 = time.monotonic()
+        errpath = os.path.join(self.dir, logname + ".stderr")
+        with open(errpath, "wb") as err:
+            self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
+                                         stdout=err, stderr=subprocess.STDOUT)
+        while True:
+            if ping_once(self.port):
+                return time.monotonic() - t0
+            if self.proc.poll() is not None:
+                tail = ""
+                for path in (os.path.join(self.dir, logname), errpath):
+                    try:
+                        tail += " | ".join(open(path, errors="replace").read().splitlines()[-6:]) + " || "
+                    except OSError:
+                        pass
+                raise RuntimeError("%s exited with %s at start; log %s: %s" % (
+                    self.system, self.proc.returncode, os.path.join(self.dir, logname), tail))
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError("%s did not answer PING within %ss" % (self.system, timeout))
+            time.sleep(0.002)
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self.proc = None
+
+    def close(self):
+        self.kill()
+        if not self.args.keep:
+            self.remove_files()
+
+
+def run_ycsb(args, phase, port, clients, extra, timeout):
+    cmd = [args.ycsb, phase, "-p", str(port), "-r", str(args.records_for_phase),
+           "-c", str(clients), "-t", str(min(args.ycsb_threads, clients)),
+           "--progress", "0"] + extra
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=timeout)
+    wall = time.monotonic() - t0
+    kv = {}
+    for line in p.stdout.splitlines():
+        if line.startswith("workload="):
+            kv = dict(f.split("=", 1) for f in line.split() if "=" in f)
+    if not kv:
+        raise RuntimeError("ycsb_redis %s: no result line (exit %d): %s" % (
+            phase, p.returncode, (p.stderr or p.stdout)[-500:]))
+    kv["exit"] = p.returncode
+    kv["wall"] = wall
+    return kv
+
+
+def one_run(args, workdir, system, clients, mix, tag):
+    srv = Server(args, system, workdir, tag)
+    try:
+        srv.start()
+        args.records_for_phase = args.records
+        load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=3600)
+        if int(load.get("errors", 1)) or load["exit"]:
+            raise RuntimeError("%s: load had errors: %s" % (system, load))
+        mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
+        res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
+                       timeout=args.seconds * 5 + 120)
+        status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
+        return dict(status=status, ops=res["ops"], seconds=res["seconds"],
+                    ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
+                    p99_us=float(res["p99_us"]), p999_us=float(res.get("p999_us", "nan")),
+                    mean_us=float(res.get("mean_us", "nan")), errors=int(res.get("errors", 0)),
+                    load_seconds=float(load["seconds"]), load_ops_per_sec=float(load["ops_per_sec"]))
+    finally:
+        srv.close()
+
+
+# ---------------------------------------------------------------- reporting
+
+def med(rows, key):
+    v = [float(r[key]) for r in rows if r.get("status") == "ok"]
+    return statistics.median(v) if v else float("nan")
+
+
+def cell_value(rows, system, clients, mix, key="ops_per_sec"):
+    return med([r for r in rows if r["system"] == system and int(r["clients"]) == clients
+                and r["mix"] == mix], key)
+
+
+def fmt_k(x):
+    return "–" if x != x else "%.1f" % (x / 1000.0)
+
+
+def fmt_us(x):
+    return "–" if x != x else ("%.0f" % x if x >= 100 else "%.1f" % x)
+
+
+def fmt_ratio(x):
+    return "–" if x != x else "%.2f" % x
+
+
+def ordered_mixes(mixes):
+    return sorted(mixes, key=lambda m: (m not in MIX_UPDATE_PCT, m if m in MIX_UPDATE_PCT else mix_update_pct(m)))
+
+
+def write_md(args, rows, path, meta, recovery_rows):
+    systems = [s for s in ALL_SYSTEMS if any(r["system"] == s for r in rows)]
+    clients_l = sorted({int(r["clients"]) for r in rows})
+    mixes = ordered_mixes({r["mix"] for r in rows})
+    out = []
+    out.append("# Durable Redis vs stock Redis (YCSB) — %s\n" % meta["date"])
+    out.append("Generated by `bench/redis/redis_bench.py`; command: `%s`.\n" % meta["cmd"])
+    out.append("- machine: %s, %d cores, kernel %s; server and load generator share the cores "
+               "(loopback TCP)" % (meta["cpu"], os.cpu_count(), platform.release()))
+    out.append("- durable: `%s` (Redis 7.0.15 + Mangosteen); stock: `%s` (%s)" % (
+        args.durable, args.stock, meta["stock_version"]))
+    out.append("- records: %d hashes of 10 x 100-byte fields, Zipfian 0.99, closed loop, no pipelining; "
+               "load with %d clients, then %.1f s of run per cell; ycsb_redis threads: %d; "
+               "repetitions: %d (median shown)" % (args.records, args.load_clients, args.seconds,
+                                                    args.ycsb_threads, args.repeat))
+    out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
+               "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
+                   args.fs_dir, meta["fs_type"], args.shm_dir))
+    out.append("- mixes: A = 50 % read/50 % update (= U50), B = 95/5 (= U5), C = read only (= U0), "
+               "F = 50 % read/50 % read-modify-write, U<P> = P % updates. Read = HGETALL, update = "
+               "HSET of one field.\n")
+    bad = [r for r in rows if r["status"] != "ok"]
+    if bad:
+        out.append("**%d run(s) failed or had errors** (excluded from the medians): %s\n" % (
+            len(bad), ", ".join("%s/%s/%s: %s" % (r["system"], r["mix"], r["clients"], r["status"]) for r in bad)))
+
+    for c in clients_l:
+        out.append("## %d client%s: throughput (kops/s) and p99 (µs)\n" % (c, "" if c == 1 else "s"))
+        hdr = "| mix | upd % | " + " | ".join("%s kops/s" % s for s in systems) + " | " + \
+              " | ".join("%s p99" % s for s in systems) + " |"
+        out.append(hdr)
+        out.append("|" + "---|" * (2 + 2 * len(systems)))
+        for m in mixes:
+            up = mix_update_pct(m)
+            cells = [fmt_k(cell_value(rows, s, c, m)) for s in systems] + \
+                    [fmt_us(cell_value(rows, s, c, m, "p99_us")) for s in systems]
+            out.append("| %s | %s | %s |" % (m, "RMW 50" if up is None else up, " | ".join(cells)))
+        out.append("")
+        # ratios
+        ratio_cols = []
+        if "stock-none" in systems:
+            ratio_cols += [(s, "stock-none") for s in systems if s != "stock-none"]
+        if "durable-fs" in systems and "stock-aof-always" in systems:
+            ratio_cols.append(("durable-fs", "stock-aof-always"))
+        if "durable-fs" in systems and "stock-aof-everysec" in systems:
+            ratio_cols.append(("durable-fs", "stock-aof-everysec"))
+        if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
+            ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
+        if ratio_cols:
+            out.append("Throughput ratios (%d client%s):\n" % (c, "" if c == 1 else "s"))
+            out.append("| mix | " + " | ".join("%s / %s" % rc for rc in ratio_cols) +
+                       (" | p99 durable-fs / aof-always |" if ("durable-fs", "stock-aof-always") in ratio_cols else " |"))
+            n = len(ratio_cols) + (1 if ("durable-fs", "stock-aof-always") in ratio_cols else 0)
+            out.append("|---|" + "---|" * n)
+            for m in mixes:
+                vals = [fmt_ratio(cell_value(rows, a, c, m) / cell_value(rows, b, c, m)) for a, b in ratio_cols]
+                if ("durable-fs", "stock-aof-always") in ratio_cols:
+                    vals.append(fmt_ratio(cell_value(rows, "durable-fs", c, m, "p99_us") /
+                                          cell_value(rows, "stock-aof-always", c, m, "p99_us")))
+                out.append("| %s | %s |" % (m, " | ".join(vals)))
+            out.append("")
+
+    out.append("## Goals (issue #5)\n")
+    out.extend(goal_lines(rows, clients_l))
+    out.append("")
+    if recovery_rows:
+        out.append("## Recovery time\n")
+        out.append("Time from exec to the first PING answer, page cache warm (files just written). "
+                   "Dataset: %s.\n" % recovery_rows[0]["dataset"])
+        out.append("| system | source | keys | restart s |")
+        out.append("|---|---|---|---|")
+        for r in recovery_rows:
+            out.append("| %s | %s | %s | %.3f |" % (r["system"], r["source"], r["keys"], float(r["seconds"])))
+        out.append("")
+    out.append("## Figures\n")
+    out.append("- `fig5_update_ratio.png`: throughput vs update ratio (C = 0 %, B = 5 %, U10, A = 50 %, "
+               "U90, U100), one panel per client count (cf. the paper's Figure 5); `fig5_update_ratio_log.png`: the same, log scale")
+    out.append("- `fig6_clients_A.png`: workload A throughput and p99 vs clients (cf. Figure 6)\n")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def goal_lines(rows, clients_l):
+    out = []
+    def ratio(a, b, c, m, key="ops_per_sec"):
+        return cell_value(rows, a, c, m, key) / cell_value(rows, b, c, m, key)
+    have = {r["system"] for r in rows}
+    mixes = {r["mix"] for r in rows}
+    if {"durable-emulated", "stock-none"} <= have:
+        for m, goal, label in (("U10", 0.9, "10 % updates"), ("U100", 0.8, "100 % updates")):
+            if m not in mixes:
+                continue
+            parts = []
+            for c in clients_l:
+                x = ratio("durable-emulated", "stock-none", c, m)
+                parts.append("%d client%s %.2fx (%s)" % (c, "" if c == 1 else "s", x, "met" if x >= goal else "MISSED"))
+            out.append("- emulated >= %.1fx no-persistence at %s: %s" % (goal, label, "; ".join(parts)))
+    if {"durable-fs", "stock-aof-always"} <= have and 32 in clients_l:
+        parts = []
+        for m in ordered_mixes(mixes):
+            x = ratio("durable-fs", "stock-aof-always", 32, m)
+            p = ratio("durable-fs", "stock-aof-always", 32, m, "p99_us")
+            ok = x >= 1.5 and p <= 1.0
+            parts.append("%s %.2fx, p99 %.2fx (%s)" % (m, x, p, "met" if ok else "MISSED"))
+        out.append("- durable-fs >= 1.5x AOF-always at 32 clients with p99 no worse "
+                   "(throughput ratio, p99 ratio fs/aof): " + "; ".join(parts))
+    if not out:
+        out.append("- (the systems/mixes needed for the goals were not part of this run)")
+    return out
+
+
+def plot(rows, outdir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib not found: no PNGs")
+        return
+    systems = [s for s in ALL_SYSTEMS if any(r["system"] == s for r in rows)]
+    clients_l = sorted({int(r["clients"]) for r in rows})
+    mixes = {r["mix"] for r in rows}
+    style = {"durable-emulated": ("tab:blue", "o", "-"), "durable-fs": ("tab:orange", "s", "-"),
+             "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
+             "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
+    umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
+    for logy in (False, True) if umixes else ():
+        fig, axes = plt.subplots(1, len(clients_l), figsize=(4.6 * len(clients_l), 3.8), squeeze=False)
+        for ax, c in zip(axes[0], clients_l):
+            for s in systems:
+                xs, ys = [], []
+                for m in umixes:
+                    v = cell_value(rows, s, c, m)
+                    if v == v:
+                        xs.append(mix_update_pct(m)); ys.append(v / 1000)
+                col, mk, ls = style[s]
+                ax.plot(xs, ys, marker=mk, linestyle=ls, color=col, label=s)
+            ax.set_title("%d client%s" % (c, "" if c == 1 else "s"))
+            ax.set_xlabel("update ratio (%)")
+            ax.set_ylabel("throughput (kops/s)")
+            if logy:
+                ax.set_yscale("log")
+            else:
+                ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle("YCSB on Redis 7.0.15: throughput vs update ratio (Zipfian 0.99)%s" % (
+            ", log scale" if logy else ""))
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "fig5_update_ratio%s.png" % ("_log" if logy else "")), dpi=110)
+        plt.close(fig)
+    if "A" in mixes and len(clients_l) >= 1:
+        fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
+        for s in systems:
+            col, mk, ls = style[s]
+            axes[0].plot(clients_l, [cell_value(rows, s, c, "A") / 1000 for c in clients_l],
+                         marker=mk, linestyle=ls, color=col, label=s)
+            axes[1].plot(clients_l, [cell_value(rows, s, c, "A", "p99_us") for c in clients_l],
+                         marker=mk, linestyle=ls, color=col, label=s)
+        axes[0].set_ylabel("throughput (kops/s)"); axes[0].set_ylim(bottom=0)
+        axes[1].set_ylabel("p99 latency (µs)"); axes[1].set_yscale("log")
+        for ax in axes:
+            ax.set_xlabel("clients"); ax.set_xscale("log", base=2); ax.grid(alpha=0.3)
+            ax.set_xticks(clients_l); ax.set_xticklabels([str(c) for c in clients_l])
+        axes[0].legend(fontsize=7)
+        fig.suptitle("YCSB workload A (50 % updates) vs clients")
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, "fig6_clients_A.png"), dpi=110)
+        plt.close(fig)
+
+
+# ---------------------------------------------------------------- recovery
+
+def recovery(args, workdir):
+    recs = int(args.recovery_gb * 1e6)
+    dataset = "%d records x 10 x 100 B (%.2f GB payload)" % (recs, recs * 1000 / 1e9)
+    rows = []
+    args.records_for_phase = recs
+    pool_size = "%dg" % max(2, int(args.recovery_gb * 3 + 1.999))
+
+    def keys(port):
+        return redis_cmd(port, "DBSIZE").lstrip(":")
+
+    for system in args.recovery_systems:
+        log("recovery: %s, loading %s" % (system, dataset))
+        if system.startswith("durable"):
+            srv = Server(args, system, workdir, "recovery", pool_size=pool_size)
+            try:
+                t_fresh = srv.start()
+                t0 = time.monotonic()
+                load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=7200)
+                n = keys(srv.port)
+                log("  loaded in %.1fs (%s ops/s), %s keys" % (time.monotonic() - t0, load["ops_per_sec"], n))
+                srv.kill()
+                t = srv.start(logname="restart.log")
+                n2 = keys(srv.port)
+                pool_bytes = os.path.getsize(srv.pool)
+                rows.append(dict(system=system, source="pool (%s, %.1f GiB file)" % (
+                    "/dev/shm" if system == "durable-emulated" else args.fs_dir, pool_bytes / 2**30),
+                    keys=n2, seconds=t, dataset=dataset, expected_keys=n))
+                log("  restart after SIGKILL: %.3fs, %s keys (fresh start %.3fs)" % (t, n2, t_fresh))
+            finally:
+                srv.close()
+        else:  # stock: AOF and RDB from one load
+            srv = Server(args, "stock-aof-everysec", workdir, "recovery")
+            try:
+                srv.start()
+                t0 = time.monotonic()
+                load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=7200)
+                n = keys(srv.port)
+                log("  loaded in %.1fs (%s ops/s), %s keys" % (time.monotonic() - t0, load["ops_per_sec"], n))
+                time.sleep(1.5)  # everysec: let the last second reach the file
+                r = redis_cmd(srv.port, "SAVE")
+                if r != "+OK":
+                    raise RuntimeError("SAVE: %s" % r)
+                srv.kill()
+                aof = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in
+                          os.walk(os.path.join(srv.dir, "appendonlydir")) for f in fs)
+                rdb = os.path.getsize(os.path.join(srv.dir, "dump.rdb"))
+                t = srv.start(extra=["--appendonly", "yes", "--appendfsync", "everysec"], logname="aof.log")
+                rows.append(dict(system="stock", source="AOF (%.2f GiB, no RDB preamble)" % (aof / 2**30),
+                                 keys=keys(srv.port), seconds=t, dataset=dataset, expected_keys=n))
+                log("  AOF restart: %.3fs" % t)
+                srv.kill()
+                t = srv.start(extra=["--appendonly", "no"], logname="rdb.log")
+                rows.append(dict(system="stock", source="RDB (%.2f GiB)" % (rdb / 2**30),
+                                 keys=keys(srv.port), seconds=t, dataset=dataset, expected_keys=n))
+                log("  RDB restart: %.3fs" % t)
+            finally:
+                srv.close()
+    return rows
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--durable", default=os.path.join(REPO, "build/redis-work/redis-server-durable"))
+    p.add_argument("--stock", default=shutil.which("redis-server") or "/usr/bin/redis-server")
+    p.add_argument("--ycsb", default=os.path.join(REPO, "build/bench/ycsb/ycsb_redis"))
+    p.add_argument("--systems", type=csv_list, default=DEFAULT_SYSTEMS,
+                   help="comma list from: " + ",".join(ALL_SYSTEMS))
+    p.add_argument("--mixes", type=csv_list, default=["A", "B", "C", "F", "U10", "U90", "U100"],
+                   help="A,B,C,F and/or U<P> (default A,B,C,F,U10,U90,U100)")
+    p.add_argument("--clients", type=int_list, default=[1, 8, 32])
+    p.add_argument("--records", type=int, default=100000)
+    p.add_argument("--load-clients", type=int, default=32)
+    p.add_argument("--seconds", type=float, default=5.0, help="run seconds per cell (default 5)")
+    p.add_argument("--repeat", type=int, default=1)
+    p.add_argument("--ycsb-threads", type=int, default=2)
+    p.add_argument("--fs-dir", default="/var/tmp", help="disk directory for the fs pool and AOFs")
+    p.add_argument("--shm-dir", default="/dev/shm")
+    p.add_argument("--pool-size", default=None, help="MANGO_POOL_SIZE (default: the runtime's)")
+    p.add_argument("--log-size", default=None, help="MANGO_LOG_SIZE")
+    p.add_argument("--recovery-gb", type=float, default=0.0,
+                   help="recovery benchmark dataset size in GB of payload (0 = skip; e.g. 1)")
+    p.add_argument("--recovery-only", action="store_true", help="skip the YCSB grid")
+    p.add_argument("--recovery-systems", type=csv_list,
+                   default=["durable-emulated", "durable-fs", "stock"])
+    p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"))
+    p.add_argument("--replot", action="store_true", help="only redo results.md and PNGs from results.csv")
+    p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
+    p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
+    args = p.parse_args()
+
+    if args.quick:
+        args.systems = ["durable-emulated", "stock-none"]
+        args.mixes, args.clients = ["A"], [4]
+        args.records, args.seconds, args.load_clients, args.repeat = 2000, 1.0, 4, 1
+        args.recovery_gb = 0
+        args.pool_size = args.pool_size or "256m"
+    bad = [s for s in args.systems if s not in ALL_SYSTEMS]
+    bad += [m for m in args.mixes if not (m in MIX_UPDATE_PCT or (m[:1] == "U" and m[1:].isdigit()))]
+    if bad:
+        p.error("unknown system/mix: %s" % ",".join(bad))
+    os.makedirs(args.out, exist_ok=True)
+    csv_path = os.path.join(args.out, "results.csv")
+    rec_path = os.path.join(args.out, "recovery.csv")
+
+    meta = dict(date=datetime.date.today().isoformat(), cmd=" ".join(["redis_bench.py"] + sys.argv[1:]))
+    try:
+        meta["cpu"] = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")][0]
+    except Exception:
+        meta["cpu"] = platform.processor() or "?"
+    try:
+        meta["fs_type"] = subprocess.run(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "--target", args.fs_dir], stdout=subprocess.PIPE,
+                                         text=True).stdout.strip()
+    except Exception:
+        meta["fs_type"] = "?"
+
+    meta["stock_version"] = subprocess.run([args.stock, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
+        if os.access(args.stock, os.X_OK) else "n/a"
+    run_json = os.path.join(args.out, "run.json")
+    if args.replot:
+        if os.path.exists(run_json):  # the grid's settings and description, not this command's
+            saved = json.load(open(run_json))
+            meta.update(saved["meta"])
+            for k, v in saved["args"].items():
+                setattr(args, k, v)
+        rows = list(csv.DictReader(open(csv_path)))
+        rec = list(csv.DictReader(open(rec_path))) if os.path.exists(rec_path) else []
+        write_md(args, rows, os.path.join(args.out, "results.md"), meta, rec)
+        plot(rows, args.out)
+        return 0
+
+    need_stock = any(not s.startswith("durable") for s in args.systems) or \
+        (args.recovery_gb > 0 and "stock" in args.recovery_systems)
+    need_durable = any(s.startswith("durable") for s in args.systems) or args.recovery_gb > 0
+    for what, path, needed in (("ycsb_redis", args.ycsb, True), ("durable redis-server", args.durable, need_durable),
+                               ("stock redis-server", args.stock, need_stock)):
+        if needed and not (path and os.access(path, os.X_OK)):
+            log("%s not found at %s" % (what, path))
+            return 77 if args.quick else 2
+
+    workdir = tempfile.mkdtemp(prefix="mango-redis-bench.")
+    rows, rec_rows, failed = [], [], 0
+    t_start = time.monotonic()
+    try:
+        if not args.recovery_only:
+            with open(run_json, "w") as f:
+                json.dump(dict(meta=meta, args={k: getattr(args, k) for k in (
+                    "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
+                    "durable", "stock")}), f, indent=1)
+            ncell = len(args.clients) * len(args.mixes) * args.repeat
+            i = 0
+            with open(csv_path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+                w.writeheader()
+                for rep in range(args.repeat):
+                    for c in args.clients:
+                        for m in args.mixes:
+                            rot = i % len(args.systems)
+                            order = args.systems[rot:] + args.systems[:rot]
+                            i += 1
+                            for k, s in enumerate(order):
+                                t0 = time.monotonic()
+                                row = dict(rep=rep, clients=c, mix=m, update_pct=mix_update_pct(m),
+                                           system=s, order=k)
+                                try:
+                                    row.update(one_run(args, workdir, s, c, m, "r%d" % i))
+                                except Exception as e:  # keep going; report
+                                    row["status"] = "failed: %s" % str(e)[:200].replace("\n", " ")
+                                row["wall_s"] = "%.1f" % (time.monotonic() - t0)
+                                if row["status"] != "ok":
+                                    failed += 1
+                                rows.append(row)
+                                w.writerow(row)
+                                f.flush()
+                                log("[%d/%d %.0fs] %-20s %-4s c=%-3d %s ops/s=%s p99=%s load=%ss" % (
+                                    i, ncell, time.monotonic() - t_start, s, m, c, row["status"],
+                                    row.get("ops_per_sec", "-"), row.get("p99_us", "-"), row.get("load_seconds", "-")))
+        if args.recovery_gb > 0:
+            rec_rows = recovery(args, workdir)
+            with open(rec_path, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=["system", "source", "keys", "expected_keys", "seconds", "dataset"])
+                w.writeheader()
+                w.writerows(rec_rows)
+            for r in rec_rows:
+                if str(r["keys"]) != str(r["expected_keys"]):
+                    log("recovery: %s/%s has %s keys, expected %s" % (r["system"], r["source"], r["keys"], r["expected_keys"]))
+                    failed += 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+            for base in (args.fs_dir, args.shm_dir):
+                shutil.rmtree(os.path.join(base, "mango-redis-bench-%d" % os.getpid()), ignore_errors=True)
+    if not rec_rows and os.path.exists(rec_path):  # from an earlier --recovery-only run
+        rec_rows = list(csv.DictReader(open(rec_path)))
+    if not rows and os.path.exists(csv_path) and args.recovery_only:
+        rows = list(csv.DictReader(open(csv_path)))
+    if rows:
+        write_md(args, rows, os.path.join(args.out, "results.md"), meta, rec_rows)
+        plot(rows, args.out)
+        print(open(os.path.join(args.out, "results.md")).read())
+    elif rec_rows:
+        for r in rec_rows:
+            print(r)
+    log("done in %.0fs, %d failed" % (time.monotonic() - t_start, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
