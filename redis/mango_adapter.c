@@ -145,6 +145,14 @@ void mangoCommit(void)
 
 int mangoEnabled(void) { return mango_on; }
 
+int mangoAnyVolatileKeys(void)
+{
+    for (int j = 0; j < server.dbnum; j++)
+        if (dictSize(server.db[j].expires) > 0)
+            return 1;
+    return 0;
+}
+
 int mangoBatchOpen(void) { return mango_on && mango_batch_open(); }
 
 int mangoDictMayRehash(const void *d)

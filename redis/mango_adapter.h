@@ -35,6 +35,10 @@ void mangoCommit(void);
 int mangoEnabled(void);
 /* Is a batch open (replies of this pass must not be sent yet)? */
 int mangoBatchOpen(void);
+/* Does any database hold keys with a TTL? (the fast expire cycle runs, in a
+ * write section, only then: otherwise every pass would commit the cycle's
+ * bookkeeping stores and sync for nothing) */
+int mangoAnyVolatileKeys(void);
 /* Used by dict.c: may this dict take an incremental rehash step now? */
 int mangoDictMayRehash(const void *d);
 
