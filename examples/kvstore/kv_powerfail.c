@@ -404,15 +404,8 @@ static void *pf_main(void *arg)
     while (!atomic_load(&pf_stop)) {
         rng = kvw_mix(rng + 1);
         if ((rng % 100) < O.update_pct) {
-            uint64_t next = s + 1;
-            uint32_t idx = kvw_index(w->id, next, O.threads, O.values);
-            kvw_value(val, O.value_size, w->id, next, idx);
-            kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = w->id, .seq = next, .value = val};
-            atomic_store(&a->inflight, next);
-            if (mango_client_cmd(&c) != 0)
+            if (kv_acked_put(w->id, &s, a, val) != 0)
                 break;
-            atomic_store(&a->acked, next);
-            s = next;
         } else {
             kv_fixed_cmd c = {.op = KV_GET, .index = (uint32_t)((rng >> 8) % O.values), .client = w->id,
                               .out = out};

@@ -52,6 +52,11 @@ typedef struct ack_file {
 } ack_file;
 
 ack_file *open_ack(bool create);
+/* One acknowledged PUT of the crash tests: client's request number *seq + 1
+ * writes its deterministic value (kv_workload.h); the in-flight mark is set
+ * before the command and the ack mark after it. Advances *seq on success;
+ * returns mango_client_cmd's result. val: O.value_size bytes of scratch. */
+int kv_acked_put(uint32_t client, uint64_t *seq, ack_slot *a, char *val);
 /* Open (creating) an acknowledgement file at path for the options in O. */
 ack_file *open_ack_at(const char *path);
 void die_usage_msg(const char *msg);

@@ -456,6 +456,21 @@ typedef struct worker_thread {
     ack_file *ack;
 } worker_thread;
 
+int kv_acked_put(uint32_t client, uint64_t *seq, ack_slot *a, char *val)
+{
+    uint64_t next = *seq + 1;
+    uint32_t idx = kvw_index(client, next, O.threads, O.values);
+    kvw_value(val, O.value_size, client, next, idx);
+    kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = client, .seq = next, .value = val};
+    atomic_store(&a->inflight, next);
+    int rc = mango_client_cmd(&c);
+    if (rc)
+        return rc;
+    atomic_store(&a->acked, next);
+    *seq = next;
+    return 0;
+}
+
 static _Atomic uint64_t bad_reads;
 
 /* A GET must see zero bytes or a complete value written by the index's owner. */
@@ -487,15 +502,13 @@ static void *worker_main(void *arg)
     for (;;) {
         rng = kvw_mix(rng + 1);
         if ((rng % 100) < O.update_pct) {
-            uint64_t next = s + 1;
-            uint32_t idx = kvw_index(w->id, next, O.threads, O.values);
-            kvw_value(val, O.value_size, w->id, next, idx);
-            kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = w->id, .seq = next, .value = val};
-            atomic_store(&a->inflight, next);
-            cmd_or_die(&c);
-            atomic_store(&a->acked, next);
+            int rc = kv_acked_put(w->id, &s, a, val);
+            if (rc) {
+                fprintf(stderr, "kvstore: command failed: %s: %s\n", mango_strerror(rc),
+                        mango_last_error());
+                exit(2);
+            }
             atomic_fetch_add(&w->ack->total_acked, 1);
-            s = next;
         } else {
             uint32_t idx = (uint32_t)((rng >> 8) % O.values);
             kv_fixed_cmd c = {.op = KV_GET, .index = idx, .client = w->id, .out = out};
