@@ -132,6 +132,36 @@ int mango_client_cmd(void *ctx);
 int mango_batch_begin(void);
 int mango_batch_end(void);
 bool mango_batch_open(void);
+
+/* Pipelined group commit, for event loops that can hold replies back (e.g.
+ * Redis): mango_batch_submit() ends the open batch like mango_batch_end() but
+ * does not wait for it to be durable. In fs and sim modes the frame is sealed
+ * and a sync thread makes it durable (one sync covers every batch submitted
+ * meanwhile) while the caller runs the next batch; in the other modes (or
+ * with MANGO_PERSIST_NONE, or MANGO_PIPELINE=0 in the environment) the batch
+ * is durable when submit returns. Every ended batch gets a *ticket*
+ * (1, 2, 3, ... in order; empty batches too); a ticket is durable once it and
+ * every earlier one are.
+ *
+ * The promise stays that of mango_batch_end: a reply may be released only
+ * when the batches it depends on are durable. A reply produced now depends on
+ * mango_reply_ticket(): the open batch's future ticket if one is open on this
+ * thread (the reply may report its writes), else the last ticket handed out
+ * (a read may have observed a batch still in flight). Release the reply once
+ * mango_durable_ticket() reaches that value. mango_durable_fd() is an eventfd
+ * (non-blocking) that becomes readable whenever the durable ticket advances
+ * or a sync fails: poll it in the event loop and read 8 bytes to clear it.
+ *
+ * mango_durable_ticket() returns MANGO_EIO once a deferred sync has failed:
+ * tickets past *durable are then never durable, their replies must not be
+ * sent, and the runtime accepts no more writes. Single event-loop thread: do
+ * not mix with mango_client_cmd from other threads (mango_batch_end and
+ * mango_client_cmd still work and wait for everything in flight). */
+int mango_batch_submit(uint64_t *ticket);
+uint64_t mango_reply_ticket(void);
+int mango_durable_ticket(uint64_t *durable);
+int mango_wait_durable(uint64_t ticket);
+int mango_durable_fd(void);
 /* Inside an open batch: pause capture and durable allocation on this thread
  * (e.g. while an event loop parses the next request), and resume them. The
  * batch stays open; mango_batch_end may be called paused or not. */
@@ -167,6 +197,8 @@ typedef struct mango_stats {
     uint64_t commit_ns_total;/* time writing + syncing frames (sampled: 1 commit in 16, scaled) */
     uint64_t verify_batches; /* batches checked by the capture verifier */
     uint64_t verify_missed_blocks; /* changed durable blocks it found not captured */
+    uint64_t pipelined_batches; /* batches sealed by mango_batch_submit, synced later */
+    uint64_t pipeline_syncs;    /* syncs of the pipeline's sync thread (in frontend_syncs) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -56,6 +56,7 @@ static void write_pad(redo_log *l, uint64_t lsn, uint64_t bytes)
     f->generation = l->generation;
     f->payload_crc = crc32c(0, NULL, 0);
     f->frame_bytes = bytes;
+    f->durable_lsn = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
     f->header_crc = frame_header_crc(f);
     persist_note_store(f, sizeof *f, "log.pad");
 }
@@ -109,7 +110,7 @@ int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
     return MANGO_OK;
 }
 
-int redo_log_commit(redo_log *l, log_frame_writer *w)
+static uint64_t seal_frame(redo_log *l, log_frame_writer *w)
 {
     log_frame *f = w->hdr;
     size_t payload = (size_t)w->n * sizeof(log_entry);
@@ -124,10 +125,17 @@ int redo_log_commit(redo_log *l, log_frame_writer *w)
     f->n_entries = w->n;
     f->payload_crc = crc32c(0, w->entries, payload);
     f->frame_bytes = bytes;
-    memset(f->reserved, 0, sizeof f->reserved);
+    f->durable_lsn = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
+    f->reserved = 0;
     f->header_crc = frame_header_crc(f);
     persist_note_store(f, bytes, "log.frame");
+    return bytes;
+}
 
+int redo_log_commit(redo_log *l, log_frame_writer *w)
+{
+    uint64_t bytes = seal_frame(l, w);
+    log_frame *f = w->hdr;
     persist_domain *pd = &l->pool->pd;
     persist_ranges r = {0};
     /* A PAD written by reserve fills the ring's end; it must be as durable as
@@ -145,6 +153,38 @@ int redo_log_commit(redo_log *l, log_frame_writer *w)
     l->next_seq++;
     /* seq_cst: pairs with the backend's sleeping flag (backend_notify). */
     atomic_store(&l->committed_lsn, l->tail_lsn);
+    return MANGO_OK;
+}
+
+void redo_log_seal(redo_log *l, log_frame_writer *w)
+{
+    uint64_t bytes = seal_frame(l, w);
+    l->tail_lsn = w->lsn + bytes;
+    l->next_seq++;
+}
+
+int redo_log_sync_upto(redo_log *l, uint64_t from_lsn, uint64_t to_lsn)
+{
+    if (to_lsn <= from_lsn)
+        return MANGO_OK;
+    persist_domain *pd = &l->pool->pd;
+    persist_ranges r = {0};
+    /* At most one turn of the ring: log space is reused only below the
+     * committed (durable) end, so [from, to) is shorter than the ring. */
+    uint64_t a = from_lsn % l->cap, len = to_lsn - from_lsn;
+    if (a + len <= l->cap) {
+        persist_flush(pd, &r, l->ring + a, len, "log.flush");
+    } else {
+        persist_flush(pd, &r, l->ring + a, l->cap - a, "log.flush");
+        persist_flush(pd, &r, l->ring, a + len - l->cap, "log.flush");
+    }
+#ifndef MANGO_MUTATE_NO_COMMIT_SYNC
+    int rc = persist_sync(pd, &r, "log.pipeline_sync");
+    if (rc != 0)
+        return mango_error(MANGO_EIO, "sync of the redo log failed (%s); the batches in it are not "
+                           "durable and the runtime accepts no more writes", strerror(-rc));
+#endif
+    atomic_store(&l->committed_lsn, to_lsn);
     return MANGO_OK;
 }
 
@@ -189,20 +229,26 @@ static const log_frame *frame_at(const char *ring, uint64_t cap, uint64_t pos, u
     return f;
 }
 
-/* After a bad frame at pos: is there a committed frame after it? Then the bad
- * frame is not a torn tail but corruption of committed data. */
+/* After a bad frame at pos (sequence seq): look at every complete frame of
+ * this lap after it. One written when pos was already durable (its
+ * durable_lsn > pos) proves the bad frame had been committed: corruption.
+ * Others were in flight with it (pipelined commit) and are dropped; *dropped
+ * counts them. */
 static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos, uint64_t seq,
-                                    uint64_t gen)
+                                    uint64_t gen, uint64_t *dropped)
 {
     char why[96];
+    *dropped = 0;
     for (uint64_t d = 64; d < cap; d += 64) {
         uint64_t cand = pos + d;
         const log_frame *f = (const log_frame *)(ring + cand % cap);
-        if (f->magic != LOG_FRAME_MAGIC)
+        if (f->magic != LOG_FRAME_MAGIC || f->lsn != cand || f->seq < seq || f->seq - seq > cap / 64)
             continue;
-        if (frame_at(ring, cap, cand, seq + 1, gen, true, why, sizeof why) ||
-            frame_at(ring, cap, cand, seq, gen, true, why, sizeof why))
+        if (!frame_at(ring, cap, cand, f->seq, gen, true, why, sizeof why))
+            continue;
+        if (f->durable_lsn > pos)
             return true;
+        ++*dropped;
     }
     return false;
 }
@@ -226,7 +272,7 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
                 return mango_error(MANGO_EBADPOOL, "log frame at lsn %llu (seq %llu): %s",
                                    (unsigned long long)pos, (unsigned long long)seq, out->torn_reason);
             }
-            if (committed_frame_follows(ring, cap, pos, seq, generation)) {
+            if (committed_frame_follows(ring, cap, pos, seq, generation, &out->dropped_after_torn)) {
                 out->end_lsn = pos;
                 out->next_seq = seq;
                 return mango_error(MANGO_EBADPOOL,
@@ -237,8 +283,9 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
             /* Torn: a frame of this lap was started here. Anything else (a
              * stale frame from an earlier lap, zeroes) is the log's clean end. */
             const log_frame *t = (const log_frame *)(ring + pos % cap);
-            out->torn_tail = t->magic == LOG_FRAME_MAGIC && t->lsn == pos &&
-                             t->generation == generation;
+            out->torn_tail = (t->magic == LOG_FRAME_MAGIC && t->lsn == pos &&
+                              t->generation == generation) ||
+                             out->dropped_after_torn > 0;
             out->torn_lsn = pos;
             break;
         }

@@ -11,8 +11,16 @@
  * its header checksum, its LSN (== its position), its generation and sequence
  * number, and the checksum of its entries all match, so a torn frame is
  * detected at recovery instead of being ordered by a second fence.
- * Only the last frame can be torn: a frame is written only after the previous
- * one's sync returned. A bad frame followed by a good one is corruption.
+ *
+ * Synchronous commit (redo_log_commit) writes a frame only after the previous
+ * one's sync returned. Pipelined commit (redo_log_seal now, redo_log_sync_upto
+ * later from another thread; log/commit_pipeline.h) lets frames k+1.. be
+ * written while k syncs, so after a crash any frame past the last completed
+ * sync may be torn, in any order. Each frame records `durable_lsn`, the log end
+ * known durable when it was written: a bad frame at position P followed by a
+ * good frame whose durable_lsn > P means P was durable before that frame was
+ * written, i.e. corruption, and recovery refuses; a good frame with
+ * durable_lsn <= P was in flight together with P and is dropped with it.
  */
 #ifndef MANGO_REDO_LOG_H
 #define MANGO_REDO_LOG_H
@@ -25,7 +33,7 @@
 #include "pool/pool.h"
 
 #define LOG_FRAME_MAGIC 0x464c474du /* "MGLF" */
-#define LOG_FRAME_VERSION 1u
+#define LOG_FRAME_VERSION 2u
 #define LOG_BLOCK_SIZE 32u
 
 enum { LOG_FRAME_BATCH = 1, LOG_FRAME_PAD = 2 };
@@ -40,7 +48,8 @@ typedef struct log_frame {
     uint32_t n_entries;
     uint32_t payload_crc; /* CRC-32C of the entries */
     uint64_t frame_bytes; /* header + entries, rounded up to 64 */
-    uint8_t reserved[12];
+    uint64_t durable_lsn; /* log end known durable when this frame was written */
+    uint32_t reserved;
     uint32_t header_crc;  /* CRC-32C of the 60 bytes before it */
 } log_frame;
 
@@ -105,8 +114,16 @@ static inline void redo_log_put(log_frame_writer *w, uintptr_t block_addr, uint3
     e->reserved = 0;
     __builtin_memcpy(e->data, (const void *)block_addr, LOG_BLOCK_SIZE);
 }
-/* Seal, flush and sync the frame; publish it to the backend. */
+/* Seal, flush and sync the frame; publish it to the backend. Only when no
+ * sealed frame is waiting for a pipelined sync. */
 int redo_log_commit(redo_log *l, log_frame_writer *w);
+/* Pipelined commit, step 1 (frontend): seal the frame (header, checksums) and
+ * advance the tail, without flushing or syncing it. The frame is not
+ * committed, and the backend does not see it, until step 2 covers it. */
+void redo_log_seal(redo_log *l, log_frame_writer *w);
+/* Step 2 (one sync thread): make the log [from_lsn, to_lsn) durable with one
+ * sync, then publish to_lsn as committed. 0 or MANGO_EIO. */
+int redo_log_sync_upto(redo_log *l, uint64_t from_lsn, uint64_t to_lsn);
 
 /* Backend: space up to lsn may be reused (called after the head is durable). */
 void redo_log_release(redo_log *l, uint64_t lsn);
@@ -120,6 +137,8 @@ typedef struct log_scan_result {
     uint64_t frames;
     uint64_t entries;
     bool torn_tail;      /* an incomplete last frame was found (and ignored) */
+    uint64_t dropped_after_torn; /* complete frames after it, written in the same
+                                  * unsynced window (pipelined commit), dropped */
     uint64_t torn_lsn;
     char torn_reason[96];
 } log_scan_result;

@@ -1,4 +1,4 @@
-/* pool_format.h -- the on-media layout of a Mangosteen pool (format version 1).
+/* pool_format.h -- the on-media layout of a Mangosteen pool (format version 2).
  * docs/pool-format.md describes it for humans; keep the two in step.
  *
  *   offset            size          what
@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #define POOL_MAGIC "MANGOPL\0"
-#define POOL_FORMAT_VERSION 1u
+#define POOL_FORMAT_VERSION 2u
 #define POOL_HEADER_OFFSET 0u
 #define POOL_HEAD_OFFSET 4096u
 #define POOL_REGIONS_OFFSET 8192u

@@ -6,6 +6,10 @@
  *   process      the application's commands; stores land in the dedup set
  *   batch_end    capture off; one frame with every captured block is written
  *                to the log and synced once; the backend is nudged
+ *
+ * mango_batch_submit (event-loop mode) ends a batch without waiting for its
+ * sync in fs/sim mode: the frame is sealed and the sync thread of
+ * log/commit_pipeline.c makes it durable while the caller runs the next batch.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -24,6 +28,7 @@
 #include "capture/capture.h"
 #include "capture/verify.h"
 #include "concurrency/flat_combining.h"
+#include "log/commit_pipeline.h"
 #include "log/redo_log.h"
 #include "mango.h"
 #include "pool/pool.h"
@@ -45,6 +50,9 @@ typedef struct runtime {
     pool pool;
     redo_log log;
     backend backend;
+    commit_pipeline pipe;
+    bool pipe_started;
+    bool defer_commit; /* set by mango_batch_submit around its batch_end */
     fc *fc;
     dedup_set *set;
     process_layout layout;
@@ -55,9 +63,13 @@ typedef struct runtime {
     uint64_t commit_ns_ewma; /* average commit (write + sync) time, for group commit */
     /* stats (written by the combiner only, read racily) */
     uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns;
+    uint64_t pipelined_batches;
 } runtime;
 
 static runtime rt;
+/* The ticket of the batch this thread ended last (set by batch_end, which
+ * runs on the thread that ends the batch). */
+static __thread uint64_t last_ticket_here;
 
 /* The durable heap stays mapped after mango_shutdown (the application may
  * still read its objects). A later mango_init in the same process replaces it. */
@@ -129,11 +141,29 @@ static void put_block(void *arg, uintptr_t block, uint32_t mask)
     redo_log_put(arg, block, mask);
 }
 
+static int fail(int rc)
+{
+    atomic_store(&rt.failed, rc);
+    return rc;
+}
+
+/* Before an inline commit or an acknowledgement that must cover everything:
+ * wait for frames still in the pipeline. */
+static int drain_pipeline(void)
+{
+    if (pipeline_idle(&rt.pipe))
+        return MANGO_OK;
+    int rc = pipeline_wait(&rt.pipe, atomic_load(&rt.pipe.submitted));
+    return rc == MANGO_OK ? MANGO_OK : fail(rc);
+}
+
 static int batch_begin(void *arg, unsigned n)
 {
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+    if (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_RELAXED))
+        return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
     if (rt.durable) {
         capture_begin(rt.set);
@@ -145,24 +175,33 @@ static int batch_begin(void *arg, unsigned n)
     return MANGO_OK;
 }
 
-static int fail(int rc)
-{
-    atomic_store(&rt.failed, rc);
-    return rc;
-}
-
 static int batch_end(void *arg)
 {
+    bool defer = rt.defer_commit && rt.pipe.deferred_ok;
+    rt.defer_commit = false;
     rt.batches++;
-    if (!rt.durable)
+    if (!rt.durable) {
+        last_ticket_here = pipeline_ticket_inline(&rt.pipe);
         return MANGO_OK;
+    }
     split_alloc_rw_thread = false;
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
     uint64_t n = dedup_size(rt.set);
-    if (n == 0)
+    if (n == 0) {
+        /* Nothing to log, but the batch may have read state still in flight:
+         * its ticket is durable only after every earlier one. */
+        if (defer && !pipeline_idle(&rt.pipe)) {
+            last_ticket_here = pipeline_ticket_deferred(&rt.pipe, false);
+            return MANGO_OK;
+        }
+        int rc = drain_pipeline();
+        if (rc != MANGO_OK)
+            return rc;
+        last_ticket_here = pipeline_ticket_inline(&rt.pipe);
         return MANGO_OK;
+    }
     rt.overflow_blocks += rt.set->ovf_count + rt.set->spill.count;
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
         dedup_clear(rt.set);
@@ -176,6 +215,17 @@ static int batch_end(void *arg)
     }
     dedup_for_each(rt.set, put_block, &w);
     dedup_clear(rt.set);
+    rt.log_blocks += n;
+    rt.log_bytes += w.bytes;
+    if (defer) {
+        redo_log_seal(&rt.log, &w);
+        rt.pipelined_batches++;
+        last_ticket_here = pipeline_ticket_deferred(&rt.pipe, true);
+        return MANGO_OK;
+    }
+    rc = drain_pipeline();
+    if (rc != MANGO_OK)
+        return rc;
     /* Time one commit in 16 (two clock reads cost as much as a small
      * commit): enough for the group-commit window and the stats. */
     bool timed = (rt.commit_syncs & 15) == 0;
@@ -188,10 +238,9 @@ static int batch_end(void *arg)
         rt.commit_ns += dt * 16; /* an estimate of the total */
         rt.commit_ns_ewma = rt.commit_ns_ewma ? (rt.commit_ns_ewma * 3 + dt) / 4 : dt;
     }
-    rt.log_blocks += n;
-    rt.log_bytes += w.bytes;
     rt.commit_syncs++;
     backend_notify(&rt.backend);
+    last_ticket_here = pipeline_ticket_inline(&rt.pipe);
     return MANGO_OK;
 }
 
@@ -213,6 +262,8 @@ static void run_init_state(void *arg)
 }
 
 static void capture_noop(const void *a, size_t n) { (void)a; (void)n; }
+
+static void notify_backend(void *b) { backend_notify(b); }
 
 /* ---- init ---- */
 
@@ -318,6 +369,13 @@ static int open_durable(const mango_config *cfg, int *status)
     rc = backend_start(&rt.backend, p, &rt.log);
     if (rc)
         goto fail_heap;
+    rc = pipeline_start(&rt.pipe, &rt.log, p->pd.mode == PERSIST_FS || p->pd.mode == PERSIST_SIM,
+                        notify_backend, &rt.backend);
+    if (rc) {
+        backend_stop(&rt.backend, false);
+        goto fail_heap;
+    }
+    rt.pipe_started = true;
     return MANGO_OK;
 fail_heap:
     rt.verify = false;
@@ -368,6 +426,10 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
             return rc;
         }
     }
+    if (!rt.durable) {
+        pipeline_start(&rt.pipe, NULL, false, NULL, NULL); /* tickets only */
+        rt.pipe_started = true;
+    }
     fc_hooks hooks = {
         .is_read_only = cb->is_read_only,
         .process = cb->process_request,
@@ -377,6 +439,8 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
     };
     int rc = fc_create(&rt.fc, cfg.max_threads, &hooks);
     if (rc) {
+        pipeline_stop(&rt.pipe);
+        rt.pipe_started = false;
         if (rt.durable) {
             backend_stop(&rt.backend, false);
             pool_close(&rt.pool);
@@ -434,6 +498,62 @@ int mango_batch_end(void)
     return fc_exclusive_end(rt.fc);
 }
 
+int mango_batch_submit(uint64_t *ticket)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_submit: no batch is open on this thread");
+    mango_batch_resume();
+    batch_open_here = false;
+    rt.defer_commit = true; /* read and cleared by batch_end, under the write side */
+    last_ticket_here = 0;
+    int rc = fc_exclusive_end(rt.fc);
+    if (ticket)
+        *ticket = last_ticket_here;
+    return rc;
+}
+
+uint64_t mango_reply_ticket(void)
+{
+    if (!rt.up)
+        return 0;
+    return atomic_load(&rt.pipe.submitted) + (batch_open_here ? 1 : 0);
+}
+
+int mango_durable_ticket(uint64_t *durable)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    int err = 0;
+    uint64_t d = pipeline_durable(&rt.pipe, &err);
+    if (durable)
+        *durable = d;
+    if (err)
+        return mango_error(MANGO_EIO, "a pipelined log sync failed; batches after ticket %llu are "
+                           "not durable", (unsigned long long)d);
+    return MANGO_OK;
+}
+
+int mango_wait_durable(uint64_t ticket)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    int rc = pipeline_wait(&rt.pipe, ticket);
+    if (rc != MANGO_OK)
+        return mango_error(MANGO_EIO, "a pipelined log sync failed; ticket %llu is not durable",
+                           (unsigned long long)ticket);
+    return MANGO_OK;
+}
+
+int mango_durable_fd(void)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    int fd = pipeline_event_fd(&rt.pipe);
+    if (fd < 0)
+        return mango_error(MANGO_ENOMEM, "eventfd: %s", strerror(errno));
+    return fd;
+}
+
 bool mango_batch_open(void) { return batch_open_here; }
 
 int mango_batch_pause(void)
@@ -466,6 +586,12 @@ int mango_shutdown(void)
     int rc = MANGO_OK;
     fc_destroy(rt.fc);
     rt.fc = NULL;
+    if (rt.pipe_started) {
+        int prc = pipeline_stop(&rt.pipe); /* drains frames in flight first */
+        rt.pipe_started = false;
+        if (prc != MANGO_OK)
+            atomic_store(&rt.failed, prc);
+    }
     if (rt.durable) {
         rc = backend_stop(&rt.backend, atomic_load(&rt.failed) == 0);
         redo_log_destroy(&rt.log);
@@ -492,7 +618,9 @@ void mango_get_stats(mango_stats *out)
     out->log_bytes = rt.log_bytes;
     out->overflow_blocks = rt.overflow_blocks;
     out->log_full_waits = rt.log.full_waits;
-    out->frontend_syncs = rt.commit_syncs;
+    out->frontend_syncs = rt.commit_syncs + rt.pipe.deferred_syncs;
+    out->pipelined_batches = rt.pipelined_batches;
+    out->pipeline_syncs = rt.pipe.deferred_syncs;
     out->commit_ns_total = rt.commit_ns;
     out->backend_syncs = rt.backend.syncs;
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);

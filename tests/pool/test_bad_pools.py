@@ -218,10 +218,10 @@ def test_good_pool_check_inspect_and_recover(workdir):
     assert c.stdout.startswith(p + ": ok (") and c.stderr == ""
     i = run(MANGO, "inspect", p)
     assert i.returncode == 0, i.stderr
-    for word in ("format version   1", "region", "head slots", "fingerprint", "torn tail"):
+    for word in ("format version   2", "region", "head slots", "fingerprint", "torn tail"):
         assert word in i.stdout
     info = inspect_json(p)
-    assert info["header"]["version"] == 1
+    assert info["header"]["version"] == 2
     assert info["header"]["pool_size"] == os.path.getsize(p)
     assert {r["kind"] for r in info["regions"]} >= {"heap", "data"}
     assert all(s["valid"] for s in info["head_slots"])
@@ -307,18 +307,18 @@ def test_header_version_bit_flip_is_refused(workdir):
     """A flipped bit in the version field (checksum NOT fixed) is refused too;
     the version is checked first, so the message names the version."""
     p = make_pool(workdir)
-    flip_bit(p, HDR_VERSION, 1)  # 1 -> 3
+    flip_bit(p, HDR_VERSION, 0)  # 2 -> 3
     assert_refused(p, "version 3")
 
 
-@pytest.mark.parametrize("version", [0, 2, 0x100])
+@pytest.mark.parametrize("version", [0, 1, 3, 0x100])
 def test_wrong_version(workdir, version):
     """A well-formed header (checksum recomputed) of another format version is
     reported as a version problem, not as corruption."""
     p = make_pool(workdir)
     write_at(p, HDR_VERSION, struct.pack("<I", version))
     fix_header_crc(p)
-    c, k = assert_refused(p, "version %d" % version, "reads version 1")
+    c, k = assert_refused(p, "version %d" % version, "reads version 2")
     assert "checksum" not in c.stderr and "checksum" not in k.stderr
 
 

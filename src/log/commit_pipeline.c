@@ -1,0 +1,183 @@
+/* commit_pipeline.c -- tickets, the sync thread and the durable eventfd of
+ * pipelined group commit (see commit_pipeline.h). */
+#define _GNU_SOURCE
+#include "log/commit_pipeline.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "runtime/error.h"
+
+static void signal_fd(commit_pipeline *cp)
+{
+    int fd = __atomic_load_n(&cp->event_fd, __ATOMIC_ACQUIRE);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        /* EAGAIN (counter saturated) is harmless: the fd is readable anyway. */
+        ssize_t w = write(fd, &one, sizeof one);
+        (void)w;
+    }
+}
+
+static void *sync_main(void *arg)
+{
+    commit_pipeline *cp = arg;
+    redo_log *l = cp->log;
+    pthread_mutex_lock(&cp->mu);
+    for (;;) {
+        while (!cp->stop && atomic_load(&cp->durable) == atomic_load(&cp->submitted))
+            pthread_cond_wait(&cp->work_cv, &cp->mu);
+        uint64_t target = atomic_load(&cp->submitted);
+        if (atomic_load(&cp->durable) == target)
+            break; /* stop requested and nothing in flight */
+        uint64_t to = cp->sealed_lsn;
+        uint64_t frames = cp->deferred_frames;
+        cp->deferred_frames = 0;
+        pthread_mutex_unlock(&cp->mu);
+
+        /* One sync for every frame sealed since the last one. The frontend
+         * keeps sealing new frames past `to` meanwhile. */
+        uint64_t from = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
+        int rc = redo_log_sync_upto(l, from, to);
+        if (rc == MANGO_OK && to > from && cp->notify)
+            cp->notify(cp->notify_arg);
+
+        pthread_mutex_lock(&cp->mu);
+        if (rc != MANGO_OK) {
+            cp->error = rc;
+            pthread_cond_broadcast(&cp->done_cv);
+            pthread_mutex_unlock(&cp->mu);
+            signal_fd(cp);
+            return NULL;
+        }
+        if (to > from) {
+            cp->deferred_syncs++;
+            cp->frames_per_sync_total += frames;
+        }
+        atomic_store(&cp->durable, target);
+        pthread_cond_broadcast(&cp->done_cv);
+        pthread_mutex_unlock(&cp->mu);
+        signal_fd(cp);
+        pthread_mutex_lock(&cp->mu);
+    }
+    pthread_mutex_unlock(&cp->mu);
+    return NULL;
+}
+
+int pipeline_start(commit_pipeline *cp, redo_log *log, bool deferred, void (*notify)(void *),
+                   void *notify_arg)
+{
+    memset(cp, 0, sizeof *cp);
+    cp->log = log;
+    cp->notify = notify;
+    cp->notify_arg = notify_arg;
+    cp->event_fd = -1;
+    cp->sealed_lsn = log ? atomic_load(&log->committed_lsn) : 0;
+    const char *env = getenv("MANGO_PIPELINE");
+    if (env && strcmp(env, "0") == 0)
+        deferred = false;
+    cp->deferred_ok = deferred && log;
+    pthread_mutex_init(&cp->mu, NULL);
+    pthread_cond_init(&cp->work_cv, NULL);
+    pthread_cond_init(&cp->done_cv, NULL);
+    if (cp->deferred_ok) {
+        if (pthread_create(&cp->thread, NULL, sync_main, cp) != 0)
+            return mango_error(MANGO_ENOMEM, "cannot start the commit sync thread");
+        cp->started = true;
+    }
+    return MANGO_OK;
+}
+
+int pipeline_stop(commit_pipeline *cp)
+{
+    int rc = MANGO_OK;
+    if (cp->started) {
+        pthread_mutex_lock(&cp->mu);
+        cp->stop = true;
+        pthread_cond_signal(&cp->work_cv);
+        pthread_mutex_unlock(&cp->mu);
+        pthread_join(cp->thread, NULL);
+        cp->started = false;
+        rc = cp->error;
+    }
+    int fd = cp->event_fd;
+    cp->event_fd = -1;
+    if (fd >= 0)
+        close(fd);
+    pthread_mutex_destroy(&cp->mu);
+    pthread_cond_destroy(&cp->work_cv);
+    pthread_cond_destroy(&cp->done_cv);
+    return rc;
+}
+
+uint64_t pipeline_ticket_inline(commit_pipeline *cp)
+{
+    pthread_mutex_lock(&cp->mu);
+    uint64_t t = atomic_load(&cp->submitted) + 1;
+    atomic_store(&cp->submitted, t);
+    atomic_store(&cp->durable, t);
+    if (cp->log)
+        cp->sealed_lsn = atomic_load(&cp->log->committed_lsn);
+    pthread_cond_broadcast(&cp->done_cv);
+    pthread_mutex_unlock(&cp->mu);
+    signal_fd(cp);
+    return t;
+}
+
+uint64_t pipeline_ticket_deferred(commit_pipeline *cp, bool sealed)
+{
+    pthread_mutex_lock(&cp->mu);
+    uint64_t t = atomic_load(&cp->submitted) + 1;
+    atomic_store(&cp->submitted, t);
+    if (sealed) {
+        cp->sealed_lsn = cp->log->tail_lsn;
+        cp->deferred_frames++;
+    }
+    pthread_cond_signal(&cp->work_cv);
+    pthread_mutex_unlock(&cp->mu);
+    return t;
+}
+
+bool pipeline_idle(const commit_pipeline *cp)
+{
+    return atomic_load(&cp->durable) == atomic_load(&cp->submitted);
+}
+
+int pipeline_wait(commit_pipeline *cp, uint64_t t)
+{
+    if (atomic_load_explicit(&cp->durable, memory_order_acquire) >= t)
+        return MANGO_OK;
+    pthread_mutex_lock(&cp->mu);
+    while (atomic_load(&cp->durable) < t && cp->error == MANGO_OK)
+        pthread_cond_wait(&cp->done_cv, &cp->mu);
+    int rc = atomic_load(&cp->durable) >= t ? MANGO_OK : cp->error;
+    pthread_mutex_unlock(&cp->mu);
+    return rc;
+}
+
+uint64_t pipeline_durable(commit_pipeline *cp, int *err)
+{
+    uint64_t d = atomic_load_explicit(&cp->durable, memory_order_acquire);
+    if (err) {
+        pthread_mutex_lock(&cp->mu);
+        *err = cp->error;
+        pthread_mutex_unlock(&cp->mu);
+    }
+    return d;
+}
+
+int pipeline_event_fd(commit_pipeline *cp)
+{
+    pthread_mutex_lock(&cp->mu);
+    if (cp->event_fd < 0) {
+        int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (fd >= 0)
+            __atomic_store_n(&cp->event_fd, fd, __ATOMIC_RELEASE);
+    }
+    int fd = cp->event_fd;
+    pthread_mutex_unlock(&cp->mu);
+    return fd;
+}

@@ -1,0 +1,247 @@
+/* test_batch_submit.c -- pipelined group commit (mango_batch_submit and the
+ * ticket API) in fs and sim modes:
+ *   - tickets are handed out in order, empty batches included; the durable
+ *     ticket only moves forward; mango_wait_durable and the eventfd work;
+ *     mango_reply_ticket names the open batch or the last one submitted;
+ *   - the sync thread groups frames (fewer syncs than pipelined batches when
+ *     the caller runs ahead) and the state survives a clean restart;
+ *   - kill loop (sim mode: a SIGKILL drops everything not yet synced): a
+ *     child submits batches as fast as it can and reports on a pipe each
+ *     counter value whose ticket became durable; after each SIGKILL a fresh
+ *     process recovers the pool and must find the two counters equal (batches
+ *     are atomic) and at least the last value reported durable.
+ * Usage: test_batch_submit [kill ROUNDS | child MODE POOL FD | verify MODE POOL MIN]
+ * (`kill` runs only the kill loop: tests/CMakeLists.txt runs it against a
+ * runtime without the commit sync, where it must fail.) */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mango.h"
+
+#include "check.h"
+
+static uint64_t *pair; /* durable: two counters every batch increments together */
+
+static void init_state(void *arg)
+{
+    pair = calloc(2, sizeof *pair);
+    mango_capture(&pair, sizeof pair);
+    mango_capture(pair, 2 * sizeof *pair);
+}
+static bool is_ro(void *c) { return true; }
+static void nop(void *c) {}
+
+static mango_persist_mode parse_mode(const char *m)
+{
+    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS : MANGO_PERSIST_SIM;
+}
+
+static int start(const char *pool, mango_persist_mode mode)
+{
+    mango_config cfg;
+    mango_config_default(&cfg);
+    cfg.pool_path = pool;
+    cfg.mode = mode;
+    cfg.pool_size = 32u << 20;
+    cfg.log_size = 256u << 10; /* small: the ring turns many times */
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = nop, .init_state = init_state};
+    return mango_init(&cfg, &cb);
+}
+
+static void one_batch(void)
+{
+    CHECK(mango_batch_begin() == 0);
+    pair[0]++;
+    mango_capture(&pair[0], 8);
+    pair[1]++;
+    mango_capture(&pair[1], 8);
+}
+
+/* In-process API checks in one mode. */
+static void api_checks(const char *pool, mango_persist_mode mode)
+{
+    unlink(pool);
+    CHECK(start(pool, mode) == MANGO_FRESH);
+    int fd = mango_durable_fd();
+    CHECK(fd >= 0);
+    uint64_t d0;
+    CHECK(mango_durable_ticket(&d0) == 0);
+    uint64_t t_prev = d0, t = 0;
+    CHECK(mango_reply_ticket() == d0);
+    mango_stats s0, s1;
+    mango_get_stats(&s0);
+    for (int b = 0; b < 3000; b++) {
+        one_batch();
+        CHECK(mango_reply_ticket() == t_prev + 1); /* the open batch */
+        CHECK(mango_batch_submit(&t) == 0);
+        CHECK(t == t_prev + 1);
+        CHECK(mango_reply_ticket() == t);
+        t_prev = t;
+        if (b % 500 == 0) { /* an empty batch gets a ticket too */
+            CHECK(mango_batch_begin() == 0);
+            CHECK(mango_batch_submit(&t) == 0 && t == t_prev + 1);
+            t_prev = t;
+        }
+    }
+    uint64_t d;
+    CHECK(mango_durable_ticket(&d) == 0 && d <= t && d >= d0);
+    CHECK(mango_wait_durable(t) == 0);
+    CHECK(mango_durable_ticket(&d) == 0 && d == t);
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    CHECK(poll(&p, 1, 0) == 1);
+    uint64_t v;
+    CHECK(read(fd, &v, 8) == 8 && v >= 1);
+    CHECK(read(fd, &v, 8) == -1 && errno == EAGAIN); /* cleared */
+    mango_get_stats(&s1);
+    uint64_t pb = s1.pipelined_batches - s0.pipelined_batches;
+    uint64_t ps = s1.pipeline_syncs - s0.pipeline_syncs;
+    printf("%s: pipelined batches %llu, pipeline syncs %llu (%.1f frames per sync)\n",
+           mode == MANGO_PERSIST_FS ? "fs" : "sim", (unsigned long long)pb, (unsigned long long)ps,
+           ps ? (double)pb / (double)ps : 0.0);
+    CHECK(pb == 3000);
+    CHECK(ps >= 1 && ps <= pb);
+    /* mango_batch_end after submits waits for everything in flight */
+    one_batch();
+    CHECK(mango_batch_submit(&t) == 0);
+    one_batch();
+    CHECK(mango_batch_end() == 0);
+    CHECK(mango_durable_ticket(&d) == 0 && d == t + 1);
+    CHECK(pair[0] == 3002 && pair[1] == 3002);
+    one_batch();
+    CHECK(mango_batch_submit(&t) == 0); /* shutdown drains it */
+    CHECK(mango_shutdown() == 0);
+    CHECK(start(pool, mode) == MANGO_RECOVERED);
+    CHECK(pair[0] == 3003 && pair[1] == 3003);
+    CHECK(mango_shutdown() == 0);
+    unlink(pool);
+}
+
+/* Child of the kill loop: submit forever, report durable counter values. */
+static int child(const char *mode, const char *pool, int fd)
+{
+    int st = start(pool, parse_mode(mode));
+    if (st < 0) {
+        fprintf(stderr, "child: %s\n", mango_last_error());
+        return 2;
+    }
+    enum { RING = 4096 };
+    static uint64_t value_of[RING]; /* ticket % RING -> counter value */
+    uint64_t reported = 0, t;
+    for (;;) {
+        one_batch();
+        uint64_t v = pair[0];
+        if (mango_batch_submit(&t) != 0)
+            return 3;
+        value_of[t % RING] = v;
+        uint64_t d;
+        if (mango_durable_ticket(&d) != 0)
+            return 4;
+        if (t - d >= RING / 2) { /* keep the map valid: wait for the sync */
+            mango_wait_durable(t - RING / 4);
+            mango_durable_ticket(&d);
+        }
+        if (d > reported && t - d < RING / 2) {
+            uint64_t val = value_of[d % RING];
+            if (write(fd, &val, sizeof val) != sizeof val)
+                return 5;
+            reported = d;
+        }
+    }
+}
+
+static int verify(const char *mode, const char *pool, uint64_t min)
+{
+    int st = start(pool, parse_mode(mode));
+    if (st < 0) {
+        fprintf(stderr, "verify: %s\n", mango_last_error());
+        return 2;
+    }
+    int bad = pair[0] != pair[1] || pair[0] < min;
+    if (getenv("MANGO_TEST_VERBOSE"))
+        fprintf(stderr, "verify: counters %llu/%llu, min %llu\n", (unsigned long long)pair[0],
+                (unsigned long long)pair[1], (unsigned long long)min);
+    if (bad)
+        fprintf(stderr, "verify: counters %llu/%llu, acknowledged durable %llu\n",
+                (unsigned long long)pair[0], (unsigned long long)pair[1], (unsigned long long)min);
+    mango_shutdown();
+    return bad ? 1 : 0;
+}
+
+static void kill_loop(const char *pool, int rounds)
+{
+    unlink(pool);
+    uint64_t acked = 0;
+    int lost = 0, verified = 0;
+    srand((unsigned)getpid());
+    for (int r = 0; r < rounds; r++) {
+        int pfd[2];
+        CHECK(pipe(pfd) == 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(pfd[0]);
+            char fdtxt[16];
+            snprintf(fdtxt, sizeof fdtxt, "%d", pfd[1]);
+            execl("/proc/self/exe", "test_batch_submit", "child", "sim", pool, fdtxt, (char *)NULL);
+            _exit(127);
+        }
+        close(pfd[1]);
+        struct timespec ts = {0, (20 + rand() % 200) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        uint64_t v;
+        while (read(pfd[0], &v, sizeof v) == sizeof v)
+            if (v > acked)
+                acked = v;
+        close(pfd[0]);
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFSIGNALED(status)); /* the child never exits on its own */
+        pid = fork();
+        if (pid == 0) {
+            char mintxt[32];
+            snprintf(mintxt, sizeof mintxt, "%llu", (unsigned long long)acked);
+            execl("/proc/self/exe", "test_batch_submit", "verify", "sim", pool, mintxt, (char *)NULL);
+            _exit(127);
+        }
+        waitpid(pid, &status, 0);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+            lost++;
+        else
+            verified++;
+    }
+    printf("kill loop: rounds=%d acked=%llu verified=%d lost=%d\n", rounds,
+           (unsigned long long)acked, verified, lost);
+    CHECK(lost == 0);
+    CHECK(acked > 0);
+    unlink(pool);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && strcmp(argv[1], "child") == 0)
+        return child(argv[2], argv[3], atoi(argv[4]));
+    if (argc == 5 && strcmp(argv[1], "verify") == 0)
+        return verify(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    char pool[96];
+    if (argc == 3 && strcmp(argv[1], "kill") == 0) {
+        snprintf(pool, sizeof pool, "/dev/shm/mango-submit-kill-%d.pool", (int)getpid());
+        kill_loop(pool, atoi(argv[2]));
+        return check_report("test_batch_submit kill");
+    }
+    snprintf(pool, sizeof pool, "/var/tmp/mango-submit-%d.pool", (int)getpid());
+    api_checks(pool, MANGO_PERSIST_FS);
+    snprintf(pool, sizeof pool, "/dev/shm/mango-submit-%d.pool", (int)getpid());
+    api_checks(pool, MANGO_PERSIST_SIM);
+    snprintf(pool, sizeof pool, "/dev/shm/mango-submit-kill-%d.pool", (int)getpid());
+    kill_loop(pool, 20);
+    return check_report("test_batch_submit");
+}
