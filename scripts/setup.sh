@@ -12,6 +12,7 @@ PINNED=(
   ninja-build=1.11.1-2~deb12u1
   python3=3.11.2-1+b1
   python3-pytest=7.2.1-2
+  python3-redis=4.3.4-3
   clang-16=1:16.0.6-15~deb12u1
   llvm-16-dev=1:16.0.6-15~deb12u1
   redis-server=5:7.0.15-1~deb12u10
