@@ -3,20 +3,31 @@
 
 Each round: start redis-server-durable on the pool (the first round creates
 it), check the recovered state against every acknowledged write so far, run
-concurrent clients (redis_crash_clients: SET/GET, HSET/HGET, INCR on a small
-shared key set), SIGKILL the server after a random 100..600 ms, wait for the
-clients to notice. After the last round: restart, check once more, then run
-the Porcupine linearizability checker (tests/linearizability) over the
-history of all rounds (every string key and hash field is a register; the
-reads of each check are part of the history).
+concurrent clients (redis_crash_clients: SET/GET/DEL, HSET/HGET/HDEL, INCR,
+MULTI/EXEC pairs, SET PX with a long TTL, keys with a TTL of a few ms, RPUSH
+on a small shared key set), SIGKILL the server after a random 100..600 ms,
+wait for the clients to notice. After the last round: restart, check once
+more, then run the Porcupine linearizability checker (tests/linearizability)
+over the history of all rounds (every string key, hash field, MULTI pair and
+TTL key is a register, a delete writes nil; the reads of each check are part
+of the history).
 
 The check after a restart, per register: the recovered value must be the
-value of a write W (acknowledged or of unknown outcome) that no acknowledged
-write supersedes: W2 supersedes an acknowledged W if W2 was invoked after W's
-reply, and an unknown-outcome W if W2 belongs to a later server epoch. Nil
-only if no write was ever acknowledged. Per counter: every acknowledged INCR
-result is distinct, the recovered value is >= the largest and <= the number
-of INCRs sent.
+value of a write W (acknowledged or of unknown outcome; a delete writes nil)
+that no acknowledged write supersedes: W2 supersedes an acknowledged W if W2
+was invoked after W's reply, and an unknown-outcome W if W2 belongs to a later
+server epoch. Nil also if no write was ever acknowledged. A MULTI pair (string
+ta<i> and field th.t<i>, written and deleted together in one MULTI/EXEC) must
+hold the same value in both. A TTL key: PEXPIRETIME -1 if the recovered value
+was written without a TTL, else within [sent, replied] + PX of its write (a
+write cut off: [sent, kill] + PX); -2 if nil. Keys set with a TTL of at most
+--short-px-max ms before the kill: gone (GET nil, PTTL -2; checked at least
+that long after the kill). Per counter: every acknowledged INCR result is
+distinct, the recovered value is >= the largest and <= the number of INCRs
+sent. Per list: the list of the previous check, then only elements of RPUSHes
+of the round that just ended, no duplicates, in real-time order, every
+acknowledged RPUSH at the index its reply gave. KEYS * lists no other key and
+agrees with DBSIZE.
 
 Prints `rounds=R acked=A lost=L linearizable=true|false` last; exit status 0
 if nothing was lost and the history is linearizable, 1 otherwise, 2 on a
@@ -108,19 +119,41 @@ class Server:
         self.proc = None
 
 
+HKEY_HASH, HKEY_PAIR, HKEY_TTL = 1000, 20000, 30000
+
+
+def reg_name(k):
+    """The Redis key(s) of history key k (redis_crash_clients.c)."""
+    if k >= HKEY_TTL:
+        return f"x{k - HKEY_TTL}"
+    if k >= HKEY_PAIR:
+        return f"pair ta{k - HKEY_PAIR}+th.t{k - HKEY_PAIR}"
+    if k >= HKEY_HASH:
+        return f"h{(k - HKEY_HASH) // 100}.f{(k - HKEY_HASH) % 100}"
+    return f"k{k}"
+
+
 class Model:
     """Writes and acknowledgements of all finished epochs."""
 
     def __init__(self):
         self.writes = {}        # hkey -> {vid: (epoch, call, ret or None)}
+        self.dels = {}          # hkey -> [(epoch, call, ret or None)] (writes of nil)
         self.max_acked_call = {}  # hkey -> latest invocation time of an acknowledged write
         self.max_acked_epoch = {}  # hkey -> latest epoch with an acknowledged write
         self.acked_rets = {}    # hkey -> [return times of acknowledged writes]
         self.incr_sent = {}     # counter -> INCRs sent
         self.incr_acked = {}    # counter -> [results]
+        self.ttl = {}           # (hkey, vid) -> [px, wall ms before sending, wall ms after the reply or None]
+        self.kill_wall_ms = {}  # epoch -> wall-clock ms right after the kill
+        self.pushes = {}        # list -> {vid: [epoch, call, ret or None, length or None]}
+        self.list_prev = {}     # list -> contents found by the previous check
         self.acked = 0
+        self.kinds = {}         # acknowledged writes by kind
+        self.checked = {"short": 0, "ttl": 0, "list_elems": 0}
 
-    def add_epoch(self, hist, epoch):
+    def add_epoch(self, hist, epoch, kill_wall_ms):
+        self.kill_wall_ms[epoch] = kill_wall_ms
         for path in glob.glob(os.path.join(hist, f"client-{epoch}-*.log")):
             inv = {}
             with open(path) as f:
@@ -132,12 +165,12 @@ class Model:
                         inv[p[1]] = (int(p[3]), int(p[5]), int(p[6]))
                     elif p[0] == "R" and p[1] in inv:
                         k, vid, call = inv.pop(p[1])
-                        self.writes.setdefault(k, {})[vid] = (epoch, call, int(p[3]))
+                        self._add_write(k, vid, (epoch, call, int(p[3])))
                         self.max_acked_call[k] = max(self.max_acked_call.get(k, 0), call)
                         self.max_acked_epoch[k] = epoch
                         self.acked_rets.setdefault(k, []).append(int(p[3]))
             for k, vid, call in inv.values():  # no reply: outcome unknown
-                self.writes.setdefault(k, {})[vid] = (epoch, call, None)
+                self._add_write(k, vid, (epoch, call, None))
         for path in glob.glob(os.path.join(hist, f"ack-{epoch}-*.log")):
             with open(path) as f:
                 for line in f:
@@ -146,32 +179,71 @@ class Model:
                         continue
                     if p[0] == "N":
                         self.incr_sent[p[2]] = self.incr_sent.get(p[2], 0) + 1
+                    elif p[0] == "X":
+                        self.ttl[(int(p[1]), int(p[2]))] = [int(p[3]), int(p[4]), None]
+                    elif p[0] == "P":
+                        self.pushes.setdefault(p[1], {})[int(p[2])] = [epoch, int(p[3]), None, None]
                     elif p[0] == "A":
                         self.acked += 1
+                        self.kinds[p[1]] = self.kinds.get(p[1], 0) + 1
                         if p[1] == "INCR":
                             self.incr_acked.setdefault(p[2], []).append(int(p[3]))
+                        elif p[1] == "SETX":
+                            self.ttl[(int(p[2]), int(p[3]))][2] = int(p[4])
+                        elif p[1] == "RPUSH":
+                            w = self.pushes[p[2]][int(p[3])]
+                            w[3], w[2] = int(p[4]), int(p[5])
 
-    def check_register(self, k, v):
+    def _add_write(self, k, vid, w):
+        if vid == 0:
+            self.dels.setdefault(k, []).append(w)
+        else:
+            self.writes.setdefault(k, {})[vid] = w
+
+    def _not_superseded(self, k, w):
+        epoch, call, ret = w
+        if ret is not None:
+            return self.max_acked_call.get(k) is None or self.max_acked_call[k] <= ret
+        return self.max_acked_epoch.get(k, 0) <= epoch
+
+    def check_register(self, k, v, detail=""):
         """Returns (lost acknowledged writes, description) for recovered value v."""
         acked_call = self.max_acked_call.get(k)
         if v == "torn":
-            return max(1, self._latest_acked(k)), "a value no write wrote"
+            return max(1, self._latest_acked(k)), f"a value no write wrote {detail}".strip()
         v = int(v)
         if v == 0:
-            if acked_call is None:
+            if acked_call is None or any(self._not_superseded(k, d) for d in self.dels.get(k, [])):
                 return 0, None
-            return self._latest_acked(k), "nil, but writes were acknowledged"
+            return self._latest_acked(k), "nil, but writes were acknowledged after the last delete"
         w = self.writes.get(k, {}).get(v)
         if w is None:
             return max(1, self._latest_acked(k)), f"value {v} was never written"
-        epoch, call, ret = w
-        if ret is not None:
-            ok = acked_call is None or acked_call <= ret
-        else:
-            ok = self.max_acked_epoch.get(k, 0) <= epoch
-        if ok:
+        if self._not_superseded(k, w):
             return 0, None
-        return self._latest_acked(k), f"value {v} (epoch {epoch}) was superseded by an acknowledged write"
+        return self._latest_acked(k), f"value {v} (epoch {w[0]}) was superseded by an acknowledged write"
+
+    def check_ttl(self, k, v, t):
+        """PEXPIRETIME t of TTL register k whose recovered value is v: -2 if nil,
+        -1 if v was written without a TTL, else within the write's window."""
+        self.checked["ttl"] += 1
+        if v == "torn":
+            return 0, None  # reported by check_register
+        v = int(v)
+        if v == 0:
+            return (0, None) if t == -2 else (1, f"nil, but PEXPIRETIME {t}")
+        info = self.ttl.get((k, v))
+        if info is None:
+            return 0, None  # never written: reported by check_register
+        px, before, after = info
+        if px == 0:
+            return (0, None) if t == -1 else (1, f"value {v} was written without a TTL, PEXPIRETIME {t}")
+        if t == -1:
+            return 1, f"value {v} was written with PX {px}, but the key has no TTL (became persistent)"
+        hi = (after if after is not None else self.kill_wall_ms[v >> 40]) + px
+        if not before + px - 1 <= t <= hi + 1:
+            return 1, f"value {v} was written with PX {px} in [{before}, {hi - px}] ms, PEXPIRETIME {t}"
+        return 0, None
 
     def _latest_acked(self, k):
         # acknowledged writes no other acknowledged write supersedes
@@ -197,11 +269,55 @@ class Model:
             why.append(f"value {v} > {self.incr_sent.get(name, 0)} INCRs sent")
         return lost, "; ".join(why) or None
 
+    def check_list(self, name, items, last_epoch):
+        """The recovered list: the list of the previous check, then pushes of
+        the epoch that just ended (last_epoch), no duplicates, in an order
+        that respects real time; every acknowledged RPUSH at the index its
+        reply gave (length - 1)."""
+        lost, why = 0, []
+        pushes = self.pushes.get(name, {})
+        prev = self.list_prev.get(name, [])
+        self.list_prev[name] = items
+        self.checked["list_elems"] += len(items)
+        if items[:len(prev)] != prev:
+            n = sum(1 for a, b in zip(prev, items) if a != b) + max(0, len(prev) - len(items))
+            lost += n
+            why.append(f"{n} elements of the previously recovered list changed or missing")
+        missing = [vid for vid, w in pushes.items() if w[3] is not None and
+                   (w[3] > len(items) or items[w[3] - 1] != str(vid))]
+        if missing:
+            lost += len(missing)
+            why.append(f"{len(missing)} acknowledged RPUSHes not at the index of their reply (e.g. {missing[0]})")
+        seen = set()
+        min_ret = None  # smallest return time among the later new elements
+        for i in range(len(items) - 1, len(prev) - 1, -1):
+            e = items[i]
+            w = pushes.get(int(e)) if e != "torn" else None
+            if w is None:
+                lost += 1
+                why.append(f"element {i} = {e} was never pushed to {name}")
+                continue
+            if e in seen:
+                lost += 1
+                why.append(f"element {e} twice")
+            seen.add(e)
+            if w[0] != last_epoch:
+                lost += 1
+                why.append(f"element {e} of epoch {w[0]} appears after the restart that followed it")
+            if min_ret is not None and min_ret < w[1]:
+                lost += 1
+                why.append(f"element {e} at {i} comes before an RPUSH acknowledged before it was sent")
+            if w[2] is not None:
+                min_ret = w[2] if min_ret is None else min(min_ret, w[2])
+        return lost, "; ".join(why[:5]) or None
+
 
 def client_args(args, port, epoch, hist):
     return ["--port", str(port), "--epoch", str(epoch), "--dir", hist, "--clients", str(args.nclients),
             "--keys", str(args.keys), "--hashes", str(args.hashes), "--fields", str(args.fields),
-            "--counters", str(args.counters)]
+            "--counters", str(args.counters), "--pairs", str(args.pairs), "--ttl-keys", str(args.ttl_keys),
+            "--short-keys", str(args.short_keys), "--lists", str(args.lists),
+            "--long-px", str(args.long_px), "--short-px-max", str(args.short_px_max)]
 
 
 def verify(args, server, model, epoch, hist):
@@ -210,17 +326,47 @@ def verify(args, server, model, epoch, hist):
     if out.returncode != 0:
         raise SystemExit(f"crash: dump failed ({out.returncode}): {out.stderr}")
     lost = 0
-    for line in out.stdout.splitlines():
-        kind, k, v = line.split()
-        if kind == "reg":
-            n, why = model.check_register(int(k), v)
-            name = f"k{k}" if int(k) < 1000 else f"h{(int(k) - 1000) // 100}.f{int(k) % 100}"
-        else:
-            n, why = model.check_counter(k, v)
-            name = k
+    regs, names, dbsize = {}, None, None
+
+    def report(name, n, why):
+        nonlocal lost
         if why:
             log(f"epoch {epoch}: LOST on {name}: {why} ({n} acknowledged writes)")
         lost += n
+
+    for line in out.stdout.splitlines():
+        p = line.split()
+        kind = p[0]
+        if kind == "reg":
+            k = int(p[1])
+            regs[k] = p[2]
+            n, why = model.check_register(k, p[2], " ".join(p[3:]))
+            report(reg_name(k), n, why)
+        elif kind == "ttl":
+            k = int(p[1])
+            n, why = model.check_ttl(k, regs[k], int(p[2]))
+            report(f"{reg_name(k)} (TTL)", n, why)
+        elif kind == "ctr":
+            report(p[1], *model.check_counter(p[1], p[2]))
+        elif kind == "short":
+            model.checked["short"] += 1
+            if p[2] != "0" or p[3] != "-2":
+                report(p[1], 1, f"short-TTL key still there after its TTL: value {p[2]}, PTTL {p[3]}")
+        elif kind == "list":
+            items = p[3:]
+            if int(p[2]) != len(items):
+                report(p[1], 1, "LRANGE cut short")
+            report(p[1], *model.check_list(p[1], items, epoch - 1))
+        elif kind == "keys":
+            names = p[1:]
+        elif kind == "dbsize":
+            dbsize = int(p[1])
+    known = re.compile(r"^(k\d+|h\d+|c\d+|ta\d+|th|x\d+|l\d+)$")
+    odd = [n for n in names if not known.match(n)]
+    if odd:
+        report("KEYS *", len(odd), f"unexpected keys: {' '.join(sorted(odd)[:10])}")
+    if dbsize != len(names):
+        report("DBSIZE", 1, f"DBSIZE {dbsize} but KEYS * lists {len(names)} keys")
     return lost
 
 
@@ -247,6 +393,12 @@ def main():
     ap.add_argument("--hashes", type=int, default=2)
     ap.add_argument("--fields", type=int, default=4)
     ap.add_argument("--counters", type=int, default=2)
+    ap.add_argument("--pairs", type=int, default=4, help="MULTI/EXEC pairs (string + hash field)")
+    ap.add_argument("--ttl-keys", type=int, default=4, help="registers written with SET PX <long-px> or SET")
+    ap.add_argument("--short-keys", type=int, default=16, help="keys written with a TTL of 1..short-px-max ms")
+    ap.add_argument("--lists", type=int, default=2)
+    ap.add_argument("--long-px", type=int, default=3600000)
+    ap.add_argument("--short-px-max", type=int, default=50)
     ap.add_argument("--think-us", type=int, default=100)
     ap.add_argument("--min-ms", type=int, default=100)
     ap.add_argument("--max-ms", type=int, default=600)
@@ -292,7 +444,9 @@ def main():
         os.unlink(pool)
     checker = lincheck_binary(args, work)
     log(f"server {args.server}, mode {args.mode}, pool {pool}, {args.rounds} rounds, {args.nclients} clients, "
-        f"{args.keys} keys + {args.hashes}x{args.fields} hash fields + {args.counters} counters, seed {seed}, "
+        f"{args.keys} keys + {args.hashes}x{args.fields} hash fields + {args.counters} counters + "
+        f"{args.pairs} MULTI pairs + {args.ttl_keys} TTL keys + {args.short_keys} short-TTL keys + "
+        f"{args.lists} lists, seed {seed}, "
         f"work {work}")
 
     server = Server(args, work, env)
@@ -302,6 +456,7 @@ def main():
     startup_kills = startup_kills_unfinished = 0
     bad_replies = 0
     t_start = time.monotonic()
+    kill_wall = None
     try:
         for epoch in range(1, args.rounds + 2):
             early = None
@@ -313,6 +468,8 @@ def main():
                 startup_kills_unfinished += server.early_before_restored
             if epoch > 1 and args.mode not in ("none",) and state != "RECOVERED":
                 log(f"epoch {epoch}: server log says {state}, not RECOVERED")
+            if kill_wall is not None:  # every short TTL set before the kill has expired
+                time.sleep(max(0.0, kill_wall + (args.short_px_max + 5) / 1000 - time.time()))
             round_lost = verify(args, server, model, epoch, hist)
             lost += round_lost
             if epoch == args.rounds + 1:
@@ -325,6 +482,7 @@ def main():
             delay = rng.uniform(args.min_ms, args.max_ms) / 1000
             time.sleep(delay)
             server.kill()
+            kill_wall = time.time()
             try:
                 out, _ = cl.communicate(timeout=60)
             except subprocess.TimeoutExpired:
@@ -335,7 +493,7 @@ def main():
                 raise SystemExit(f"crash: unexpected client output: {out!r}")
             ops += int(m.group(1))
             bad_replies += int(m.group(4))
-            model.add_epoch(hist, epoch)
+            model.add_epoch(hist, epoch, int(kill_wall * 1000) + 1)
             after = " (after a kill at start-up)" if early is not None else ""
             log(f"round {epoch}: start {state}{after}, verify lost={round_lost}, "
                 f"killed after {delay * 1000:.0f} ms: ops={m.group(1)} acked_writes={m.group(2)} "
@@ -357,6 +515,9 @@ def main():
     ok = lost == 0 and bad_replies == 0 and lin in ("true", "unchecked")
     log(f"{elapsed:.1f} s, ops={ops} bad_replies={bad_replies} startup_kills={startup_kills} "
         f"({startup_kills_unfinished} before recovery finished), logs in {hist}")
+    log("acknowledged writes by kind: " + " ".join(f"{k}={v}" for k, v in sorted(model.kinds.items())) +
+        f"; checked after restarts: {model.checked['ttl']} TTLs, {model.checked['short']} short-TTL keys, "
+        f"{model.checked['list_elems']} list elements")
     print(f"rounds={args.rounds} acked={model.acked} lost={lost} linearizable={lin}", flush=True)
     if ok and not args.keep and not args.work:
         shutil.rmtree(work, ignore_errors=True)

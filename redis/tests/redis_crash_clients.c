@@ -5,33 +5,58 @@
  *   redis_crash_clients dump --port P --epoch E --dir D [options]
  *
  * run: N threads, one connection each, race on a small shared key set:
- *   SET/GET on string keys k0..k<K-1>, HSET/HGET on fields f0..f<F-1> of
- *   hashes h0..h<H-1>, INCR on counters c0..c<C-1>. A thread stops at the
- *   first connection error (the server was killed), at an error reply, or
- *   after --seconds. Each thread writes:
+ *   - string registers k0..k<K-1>: SET, GET, DEL/UNLINK;
+ *   - hash-field registers f0..f<F-1> of hashes h0..h<H-1>: HSET, HGET, HDEL;
+ *   - counters c0..c<C-1>: INCR;
+ *   - transaction pairs 0..P-1 (string ta<i> and field t<i> of hash th), one
+ *     register each: MULTI SET ta<i> v; HSET th t<i> v; EXEC (write),
+ *     MULTI DEL ta<i>; HDEL th t<i>; EXEC (delete), MULTI GET; HGET; EXEC
+ *     (read: both nil, or both the same value, else "torn");
+ *   - TTL registers x0..x<X-1>: SET x v PX <long> (--long-px, 1 h), plain SET
+ *     (no TTL), GET, DEL;
+ *   - short-TTL keys s0..s<S-1>: SET s v PX 1..M ms (--short-px-max) or
+ *     MULTI SET s v; PEXPIRE s 1..M; EXEC; GET (a value must not be torn);
+ *   - lists l0..l<L-1>: RPUSH of a unique value.
+ *   MULTI/EXEC commands are sent in one write (pipelined). A thread stops at
+ *   the first connection error (the server was killed), at an error or
+ *   unexpected reply, or after --seconds. Each thread writes:
  *   - D/client-<E>-<i>.log: the history in the format of the Porcupine checker
  *     (tests/linearizability): "I <opid> <client> <key> <PUT|GET> <value-id>
  *     <t_ns>" before the command is sent, "R <opid> <value-id|0|torn> <t_ns>"
  *     after its reply; CLOCK_MONOTONIC. A command whose connection broke
- *     before the reply has no R line (outcome unknown). Every string key and
- *     hash field is one register; INCR is not in the history (checked by the
- *     driver from the ack log). File name: the checker's "process" is the
- *     server epoch E (the clients outlive the server they talk to).
- *   - D/ack-<E>-<i>.log: "N INCR <counter>" before an INCR is sent, and one
- *     line per acknowledged write: "A SET <key> <value-id>",
- *     "A HSET <hash> <field> <value-id>", "A INCR <counter> <result>".
+ *     before the reply has no R line (outcome unknown). Every string key,
+ *     hash field, transaction pair and TTL register is one register (history
+ *     key: k<n> n, h<h>.f<f> 1000+100h+f, pair i 20000+i, x<i> 30000+i); a
+ *     delete is a PUT of 0 (nil). INCR, short-TTL keys and lists are not in
+ *     the history (checked by the driver from the ack log). File name: the
+ *     checker's "process" is the server epoch E (the clients outlive the
+ *     server they talk to).
+ *   - D/ack-<E>-<i>.log: lines written before a command is sent:
+ *     "N INCR <counter>", "X <hkey> <value-id> <px> <wall_ms>" (a write of a
+ *     TTL register, px 0: no TTL; CLOCK_REALTIME ms before sending),
+ *     "P <list> <value-id> <t_ns>" (an RPUSH); and one line per acknowledged
+ *     write: "A SET <key> <value-id>", "A HSET <hash> <field> <value-id>",
+ *     "A DEL <key>", "A HDEL <hash> <field>", "A MULTI <pair> <value-id>",
+ *     "A MULTIDEL <pair>", "A SETX <hkey> <value-id> <wall_ms>" (after the
+ *     reply), "A SETS <key> <value-id>", "A INCR <counter> <result>",
+ *     "A RPUSH <list> <value-id> <length> <t_ns>".
  * dump: one connection reads every register (logged as history, client index
- *   999, epoch E) and counter, and prints "reg <hkey> <value-id|0|torn>" and
- *   "ctr <name> <value>" lines on stdout.
+ *   999, epoch E), counter, short-TTL key and list, and prints on stdout:
+ *   "reg <hkey> <value-id|0|torn> [detail]", "ttl <hkey> <pexpiretime>",
+ *   "ctr <name> <value>", "short <name> <value-id|0|torn> <pttl>",
+ *   "list <name> <n> <value-id|torn>...", "keys <name>..." (KEYS *, after
+ *   the short-TTL keys were read) and "dbsize <n>".
  *
  * Value ids are E<<40 | client<<32 | n (unique; 0 is "never written"); the
  * stored value is "<id>-" followed by id%61 bytes of 'a'+id%26, so that a
  * value no SET wrote (torn, mixed) is recognised.
  *
  * Options: --clients N (4) --keys K (8) --hashes H (2) --fields F (4)
- *   --counters C (2) --seconds S (30) --think-us U (100: random pause 0..2U
- *   between commands) --seed X. Exit status: 0, 1 on an error reply or bad
- *   reply, 2 usage or setup error.
+ *   --counters C (2) --pairs P (4) --ttl-keys X (4) --short-keys S (16)
+ *   --lists L (2) --long-px MS (3600000) --short-px-max MS (50)
+ *   --seconds S (30) --think-us U (100: random pause 0..2U between commands)
+ *   --seed X. Exit status: 0, 1 on an error reply or bad reply, 2 usage or
+ *   setup error.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -40,6 +65,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -51,19 +77,31 @@
 #include <unistd.h>
 
 static int opt_port, opt_epoch = -1, opt_clients = 4, opt_keys = 8, opt_hashes = 2, opt_fields = 4,
-           opt_counters = 2, opt_think_us = 100;
+           opt_counters = 2, opt_pairs = 4, opt_ttl_keys = 4, opt_short_keys = 16, opt_lists = 2,
+           opt_think_us = 100;
+static long long opt_long_px = 3600000, opt_short_px_max = 50;
 static double opt_seconds = 30;
 static const char *opt_dir;
 static uint64_t opt_seed;
 static atomic_int bad_replies;
 
 #define HKEY_HASH_BASE 1000 /* history key of field f of hash h: 1000 + 100*h + f */
+#define HKEY_PAIR_BASE 20000
+#define HKEY_TTL_BASE 30000
 #define DUMP_CLIENT 999
+#define TORN UINT64_MAX
 
 static uint64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Wall clock in ms, as Redis's mstime(); round up for an upper bound. */
+static long long wall_ms(int round_up) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + (round_up && ts.tv_nsec % 1000000 ? 1 : 0);
 }
 
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -104,27 +142,49 @@ static int conn_open(conn_t *c) {
     return -1;
 }
 
-/* Sends one command (argv as bulk strings). 0 ok, -1 connection error. */
-static int send_cmd(conn_t *c, int argc, const char **argv, const size_t *lens) {
-    char out[4096];
-    size_t n = (size_t)snprintf(out, sizeof out, "*%d\r\n", argc);
+/* Commands to send in one write (a MULTI ... EXEC block is pipelined). */
+typedef struct {
+    char out[8192];
+    size_t n;
+    int count;
+} cmdbuf_t;
+
+/* Appends one command; its arguments are NUL-terminated strings. */
+static void cmd_add(cmdbuf_t *b, int argc, const char **argv) {
+    b->n += (size_t)snprintf(b->out + b->n, sizeof b->out - b->n, "*%d\r\n", argc);
     for (int i = 0; i < argc; i++) {
-        n += (size_t)snprintf(out + n, sizeof out - n, "$%zu\r\n", lens[i]);
-        if (n + lens[i] + 2 >= sizeof out)
-            return -1;
-        memcpy(out + n, argv[i], lens[i]);
-        n += lens[i];
-        out[n++] = '\r';
-        out[n++] = '\n';
+        size_t len = strlen(argv[i]);
+        b->n += (size_t)snprintf(b->out + b->n, sizeof b->out - b->n, "$%zu\r\n", len);
+        if (b->n + len + 2 >= sizeof b->out) {
+            fprintf(stderr, "command too long\n");
+            exit(2);
+        }
+        memcpy(b->out + b->n, argv[i], len);
+        b->n += len;
+        b->out[b->n++] = '\r';
+        b->out[b->n++] = '\n';
     }
-    for (size_t off = 0; off < n;) {
-        ssize_t w = send(c->fd, out + off, n - off, MSG_NOSIGNAL);
+    b->count++;
+}
+
+#define CMD(b, ...)                                                                                        \
+    do {                                                                                                   \
+        const char *argv_[] = {__VA_ARGS__};                                                               \
+        cmd_add((b), (int)(sizeof argv_ / sizeof argv_[0]), argv_);                                        \
+    } while (0)
+
+/* Sends the buffered commands and empties the buffer. 0 ok, -1 connection error. */
+static int cmd_send(conn_t *c, cmdbuf_t *b) {
+    for (size_t off = 0; off < b->n;) {
+        ssize_t w = send(c->fd, b->out + off, b->n - off, MSG_NOSIGNAL);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
             return -1;
         off += (size_t)w;
     }
+    b->n = 0;
+    b->count = 0;
     return 0;
 }
 
@@ -163,21 +223,23 @@ static int read_line(conn_t *c, char **line, size_t *n) {
     }
 }
 
-enum { REP_STATUS, REP_ERROR, REP_INT, REP_BULK, REP_NIL };
+enum { REP_STATUS, REP_ERROR, REP_INT, REP_BULK, REP_NIL, REP_ARRAY };
 typedef struct {
     int type;
-    long long integer;
-    char str[2048]; /* status, error or bulk (truncated past the end: then 'bad') */
+    long long integer; /* REP_INT; REP_ARRAY: the element count (-1: nil array) */
+    char str[2048];    /* status, error or bulk (truncated past the end: then 'bad') */
     size_t len;
     int bad;
 } reply_t;
 
-/* Reads one non-aggregate reply; -1 on connection error. */
+/* Reads one reply; of an array only the header (the elements follow as
+ * replies of their own). -1 on connection error. */
 static int read_reply(conn_t *c, reply_t *r) {
     char *line;
     size_t n;
     r->bad = 0;
     r->len = 0;
+    r->str[0] = 0;
     if (read_line(c, &line, &n) < 0)
         return -1;
     switch (line[0]) {
@@ -190,6 +252,10 @@ static int read_reply(conn_t *c, reply_t *r) {
         return 0;
     case ':':
         r->type = REP_INT;
+        r->integer = strtoll(line + 1, NULL, 10);
+        return 0;
+    case '*':
+        r->type = REP_ARRAY;
         r->integer = strtoll(line + 1, NULL, 10);
         return 0;
     case '$': {
@@ -233,29 +299,36 @@ static size_t make_value(uint64_t id, char *out, size_t cap) {
     return n;
 }
 
-/* Value id of a GET/HGET reply: 0 nil, UINT64_MAX not a value any SET wrote. */
+/* Value id of a GET/HGET reply: 0 nil, TORN not a value any SET wrote. */
 static uint64_t parse_value(const reply_t *r) {
     if (r->type == REP_NIL)
         return 0;
     if (r->type != REP_BULK || r->bad)
-        return UINT64_MAX;
+        return TORN;
     char *end;
     errno = 0;
     uint64_t id = strtoull(r->str, &end, 10);
     if (errno || end == r->str || *end != '-' || id == 0)
-        return UINT64_MAX;
+        return TORN;
     char expect[256];
     size_t n = make_value(id, expect, sizeof expect);
     if (n != r->len || memcmp(expect, r->str, n) != 0)
-        return UINT64_MAX;
+        return TORN;
     return id;
 }
 
 static void log_result(FILE *h, uint64_t opid, uint64_t v, uint64_t t) {
-    if (v == UINT64_MAX)
+    if (v == TORN)
         fprintf(h, "R %" PRIu64 " torn %" PRIu64 "\n", opid, t);
     else
         fprintf(h, "R %" PRIu64 " %" PRIu64 " %" PRIu64 "\n", opid, v, t);
+}
+
+static void print_value(FILE *f, uint64_t v) {
+    if (v == TORN)
+        fputs("torn", f);
+    else
+        fprintf(f, "%" PRIu64, v);
 }
 
 static FILE *open_log(const char *kind, int idx) {
@@ -278,118 +351,454 @@ typedef struct {
     uint64_t ops, acked, broken;
 } worker_t;
 
+/* One client thread's state. */
+typedef struct {
+    worker_t *w;
+    FILE *h, *ack;
+    conn_t *c;
+    reply_t *r;
+    cmdbuf_t b;
+    uint64_t client, opid, seq, rng;
+    const char *what; /* the command, for messages */
+} ctx_t;
+
+enum { OP_OK = 0, OP_BROKEN = -1, OP_BAD = 1 };
+
+static uint64_t new_vid(ctx_t *x) {
+    return ((uint64_t)opt_epoch << 40) | ((uint64_t)(x->w->idx & 0xff) << 32) | ++x->seq;
+}
+
+static uint64_t hist_inv(ctx_t *x, uint64_t hkey, int put, uint64_t vid) {
+    uint64_t my = ++x->opid;
+    fprintf(x->h, "I %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %" PRIu64 " %" PRIu64 "\n", my, x->client, hkey,
+            put ? "PUT" : "GET", vid, now_ns());
+    return my;
+}
+
+static int bad(ctx_t *x, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "client %d: %s: ", x->w->idx, x->what);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    atomic_fetch_add(&bad_replies, 1);
+    return OP_BAD;
+}
+
+/* Sends the buffered commands; OP_BROKEN if the connection broke. */
+static int send_buf(ctx_t *x) {
+    x->w->ops++;
+    return cmd_send(x->c, &x->b) < 0 ? OP_BROKEN : OP_OK;
+}
+
+/* Reads one reply of the given type (REP_STATUS: "OK" or "QUEUED" as
+ * status; -1: any). An error reply or another type is OP_BAD (treated as of
+ * unknown outcome: no R line). */
+static int expect(ctx_t *x, int type, const char *status) {
+    if (read_reply(x->c, x->r) < 0)
+        return OP_BROKEN;
+    if (x->r->type == REP_ERROR)
+        return bad(x, "error reply: %s", x->r->str);
+    if (type >= 0 && x->r->type != type)
+        return bad(x, "unexpected reply type %d (want %d)", x->r->type, type);
+    if (status && strcmp(x->r->str, status) != 0)
+        return bad(x, "unexpected status %s (want %s)", x->r->str, status);
+    return OP_OK;
+}
+
+/* Reads the replies of MULTI, n queued commands and the header of EXEC's
+ * array of n replies. */
+static int expect_exec(ctx_t *x, int n) {
+    int rc = expect(x, REP_STATUS, "OK");
+    for (int i = 0; i < n && rc == OP_OK; i++)
+        rc = expect(x, REP_STATUS, "QUEUED");
+    if (rc == OP_OK)
+        rc = expect(x, REP_ARRAY, NULL);
+    if (rc == OP_OK && x->r->integer != n)
+        return bad(x, "EXEC returned %lld replies, want %d", x->r->integer, n);
+    return rc;
+}
+
+/* A value reply (bulk or nil) into *v (TORN: not a value any write wrote). */
+static int expect_value(ctx_t *x, uint64_t *v) {
+    int rc = expect(x, -1, NULL);
+    if (rc != OP_OK)
+        return rc;
+    if (x->r->type != REP_BULK && x->r->type != REP_NIL)
+        return bad(x, "not a bulk reply");
+    *v = parse_value(x->r);
+    return OP_OK;
+}
+
+static unsigned pick100(ctx_t *x) { return (unsigned)(rng_next(&x->rng) % 100); }
+
+/* String register k<n>: SET 45 %, GET 45 %, DEL 5 %, UNLINK 5 %. */
+static int op_string(ctx_t *x) {
+    char k[32], v[256];
+    int n = (int)(rng_next(&x->rng) % (uint64_t)opt_keys);
+    unsigned p = pick100(x);
+    snprintf(k, sizeof k, "k%d", n);
+    if (p < 45) {
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        x->what = "SET";
+        uint64_t my = hist_inv(x, (uint64_t)n, 1, vid);
+        CMD(&x->b, "SET", k, v);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_STATUS, "OK");
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A SET %s %" PRIu64 "\n", k, vid);
+    } else if (p < 90) {
+        x->what = "GET";
+        uint64_t my = hist_inv(x, (uint64_t)n, 0, 0), got = 0;
+        CMD(&x->b, "GET", k);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_value(x, &got);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, got, now_ns());
+        return OP_OK;
+    } else {
+        x->what = p < 95 ? "DEL" : "UNLINK";
+        uint64_t my = hist_inv(x, (uint64_t)n, 1, 0);
+        CMD(&x->b, x->what, k);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A DEL %s\n", k);
+    }
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* Hash-field register h<i>.f<j>: HSET 45 %, HGET 45 %, HDEL 10 %. */
+static int op_hash(ctx_t *x) {
+    char k[32], f[32], v[256];
+    int hh = (int)(rng_next(&x->rng) % (uint64_t)opt_hashes);
+    int ff = (int)(rng_next(&x->rng) % (uint64_t)opt_fields);
+    unsigned p = pick100(x);
+    uint64_t hkey = HKEY_HASH_BASE + 100 * (uint64_t)hh + (uint64_t)ff;
+    snprintf(k, sizeof k, "h%d", hh);
+    snprintf(f, sizeof f, "f%d", ff);
+    if (p < 45) {
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        x->what = "HSET";
+        uint64_t my = hist_inv(x, hkey, 1, vid);
+        CMD(&x->b, "HSET", k, f, v);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A HSET %s %s %" PRIu64 "\n", k, f, vid);
+    } else if (p < 90) {
+        x->what = "HGET";
+        uint64_t my = hist_inv(x, hkey, 0, 0), got = 0;
+        CMD(&x->b, "HGET", k, f);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_value(x, &got);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, got, now_ns());
+        return OP_OK;
+    } else {
+        x->what = "HDEL";
+        uint64_t my = hist_inv(x, hkey, 1, 0);
+        CMD(&x->b, "HDEL", k, f);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A HDEL %s %s\n", k, f);
+    }
+    x->w->acked++;
+    return OP_OK;
+}
+
+static int op_incr(ctx_t *x) {
+    char k[32];
+    snprintf(k, sizeof k, "c%d", (int)(rng_next(&x->rng) % (uint64_t)opt_counters));
+    x->what = "INCR";
+    fprintf(x->ack, "N INCR %s\n", k);
+    CMD(&x->b, "INCR", k);
+    int rc = send_buf(x);
+    if (rc == OP_OK)
+        rc = expect(x, REP_INT, NULL);
+    if (rc != OP_OK)
+        return rc;
+    fprintf(x->ack, "A INCR %s %lld\n", k, x->r->integer);
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* Transaction pair i (string ta<i>, field t<i> of hash th), one register:
+ * MULTI write 45 %, MULTI read 45 %, MULTI delete 10 %. */
+static int op_pair(ctx_t *x) {
+    char ka[32], f[32], v[256];
+    int i = (int)(rng_next(&x->rng) % (uint64_t)opt_pairs);
+    unsigned p = pick100(x);
+    uint64_t hkey = HKEY_PAIR_BASE + (uint64_t)i;
+    snprintf(ka, sizeof ka, "ta%d", i);
+    snprintf(f, sizeof f, "t%d", i);
+    if (p < 45) {
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        x->what = "MULTI SET HSET";
+        uint64_t my = hist_inv(x, hkey, 1, vid);
+        CMD(&x->b, "MULTI");
+        CMD(&x->b, "SET", ka, v);
+        CMD(&x->b, "HSET", "th", f, v);
+        CMD(&x->b, "EXEC");
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_exec(x, 2);
+        if (rc == OP_OK)
+            rc = expect(x, REP_STATUS, "OK");
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A MULTI %d %" PRIu64 "\n", i, vid);
+    } else if (p < 90) {
+        x->what = "MULTI GET HGET";
+        uint64_t my = hist_inv(x, hkey, 0, 0), a = 0, b = 0;
+        CMD(&x->b, "MULTI");
+        CMD(&x->b, "GET", ka);
+        CMD(&x->b, "HGET", "th", f);
+        CMD(&x->b, "EXEC");
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_exec(x, 2);
+        if (rc == OP_OK)
+            rc = expect_value(x, &a);
+        if (rc == OP_OK)
+            rc = expect_value(x, &b);
+        if (rc != OP_OK)
+            return rc;
+        uint64_t t = now_ns();
+        if (a != b) {
+            fprintf(stderr, "client %d: MULTI read of pair %d: %s = ", x->w->idx, i, ka);
+            print_value(stderr, a);
+            fprintf(stderr, ", th.%s = ", f);
+            print_value(stderr, b);
+            fprintf(stderr, " (not atomic)\n");
+        }
+        log_result(x->h, my, a == b ? a : TORN, t);
+        return OP_OK;
+    } else {
+        x->what = "MULTI DEL HDEL";
+        uint64_t my = hist_inv(x, hkey, 1, 0);
+        CMD(&x->b, "MULTI");
+        CMD(&x->b, "DEL", ka);
+        CMD(&x->b, "HDEL", "th", f);
+        CMD(&x->b, "EXEC");
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_exec(x, 2);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A MULTIDEL %d\n", i);
+    }
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* TTL register x<i>: SET PX <long> 50 %, SET (no TTL) 15 %, GET 30 %, DEL 5 %. */
+static int op_ttl(ctx_t *x) {
+    char k[32], v[256], px[32];
+    int i = (int)(rng_next(&x->rng) % (uint64_t)opt_ttl_keys);
+    unsigned p = pick100(x);
+    uint64_t hkey = HKEY_TTL_BASE + (uint64_t)i;
+    snprintf(k, sizeof k, "x%d", i);
+    if (p < 65) {
+        long long ms = p < 50 ? opt_long_px : 0;
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        snprintf(px, sizeof px, "%lld", ms);
+        x->what = ms ? "SET PX" : "SET (TTL register)";
+        fprintf(x->ack, "X %" PRIu64 " %" PRIu64 " %lld %lld\n", hkey, vid, ms, wall_ms(0));
+        uint64_t my = hist_inv(x, hkey, 1, vid);
+        if (ms)
+            CMD(&x->b, "SET", k, v, "PX", px);
+        else
+            CMD(&x->b, "SET", k, v);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_STATUS, "OK");
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A SETX %" PRIu64 " %" PRIu64 " %lld\n", hkey, vid, wall_ms(1));
+    } else if (p < 95) {
+        x->what = "GET (TTL register)";
+        uint64_t my = hist_inv(x, hkey, 0, 0), got = 0;
+        CMD(&x->b, "GET", k);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect_value(x, &got);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, got, now_ns());
+        return OP_OK;
+    } else {
+        x->what = "DEL (TTL register)";
+        uint64_t my = hist_inv(x, hkey, 1, 0);
+        CMD(&x->b, "DEL", k);
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = expect(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        log_result(x->h, my, 0, now_ns());
+        fprintf(x->ack, "A DEL %s\n", k);
+    }
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* Short-TTL key s<i>: SET PX 1..M 40 %, MULTI SET; PEXPIRE 1..M; EXEC 30 %,
+ * GET 30 % (nil or an intact value). */
+static int op_short(ctx_t *x) {
+    char k[32], v[256], px[32];
+    int i = (int)(rng_next(&x->rng) % (uint64_t)opt_short_keys);
+    unsigned p = pick100(x);
+    snprintf(k, sizeof k, "s%d", i);
+    snprintf(px, sizeof px, "%lld", 1 + (long long)(rng_next(&x->rng) % (uint64_t)opt_short_px_max));
+    if (p < 70) {
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        int rc;
+        if (p < 40) {
+            x->what = "SET PX (short)";
+            CMD(&x->b, "SET", k, v, "PX", px);
+            rc = send_buf(x);
+            if (rc == OP_OK)
+                rc = expect(x, REP_STATUS, "OK");
+        } else {
+            x->what = "MULTI SET PEXPIRE (short)";
+            CMD(&x->b, "MULTI");
+            CMD(&x->b, "SET", k, v);
+            CMD(&x->b, "PEXPIRE", k, px);
+            CMD(&x->b, "EXEC");
+            rc = send_buf(x);
+            if (rc == OP_OK)
+                rc = expect_exec(x, 2);
+            if (rc == OP_OK)
+                rc = expect(x, REP_STATUS, "OK");
+            if (rc == OP_OK)
+                rc = expect(x, REP_INT, NULL);
+            if (rc == OP_OK && x->r->integer != 1)
+                rc = bad(x, "PEXPIRE returned %lld", x->r->integer);
+        }
+        if (rc != OP_OK)
+            return rc;
+        fprintf(x->ack, "A SETS %s %" PRIu64 "\n", k, vid);
+        x->w->acked++;
+        return OP_OK;
+    }
+    x->what = "GET (short)";
+    uint64_t got = 0;
+    CMD(&x->b, "GET", k);
+    int rc = send_buf(x);
+    if (rc == OP_OK)
+        rc = expect_value(x, &got);
+    if (rc == OP_OK && got == TORN)
+        rc = bad(x, "%s: a value no write wrote", k);
+    return rc;
+}
+
+static int op_list(ctx_t *x) {
+    char k[32], v[256];
+    snprintf(k, sizeof k, "l%d", (int)(rng_next(&x->rng) % (uint64_t)opt_lists));
+    uint64_t vid = new_vid(x);
+    make_value(vid, v, sizeof v);
+    x->what = "RPUSH";
+    fprintf(x->ack, "P %s %" PRIu64 " %" PRIu64 "\n", k, vid, now_ns());
+    CMD(&x->b, "RPUSH", k, v);
+    int rc = send_buf(x);
+    if (rc == OP_OK)
+        rc = expect(x, REP_INT, NULL);
+    if (rc != OP_OK)
+        return rc;
+    fprintf(x->ack, "A RPUSH %s %" PRIu64 " %lld %" PRIu64 "\n", k, vid, x->r->integer, now_ns());
+    x->w->acked++;
+    return OP_OK;
+}
+
 static void *worker(void *arg) {
     worker_t *w = arg;
-    uint64_t rng = opt_seed ^ ((uint64_t)opt_epoch << 20) ^ (uint64_t)(w->idx + 1) * 0x1234567;
-    FILE *h = open_log("client", w->idx), *ack = open_log("ack", w->idx);
-    conn_t *c = calloc(1, sizeof *c);
-    reply_t *r = malloc(sizeof *r);
-    uint64_t client = (uint64_t)opt_epoch * 1000 + (uint64_t)w->idx;
-    uint64_t opid = 0, seq = 0;
+    ctx_t *x = calloc(1, sizeof *x);
+    x->w = w;
+    x->rng = opt_seed ^ ((uint64_t)opt_epoch << 20) ^ (uint64_t)(w->idx + 1) * 0x1234567;
+    x->h = open_log("client", w->idx);
+    x->ack = open_log("ack", w->idx);
+    x->c = calloc(1, sizeof *x->c);
+    x->r = malloc(sizeof *x->r);
+    x->client = (uint64_t)opt_epoch * 1000 + (uint64_t)w->idx;
     uint64_t deadline = now_ns() + (uint64_t)(opt_seconds * 1e9);
-    if (conn_open(c) < 0) {
+    if (conn_open(x->c) < 0) {
         fprintf(stderr, "client %d: cannot connect to port %d\n", w->idx, opt_port);
         w->broken = 1;
         goto out;
     }
     while (now_ns() < deadline) {
         if (opt_think_us > 0)
-            usleep((useconds_t)(rng_next(&rng) % (uint64_t)(2 * opt_think_us + 1)));
-        unsigned pick = (unsigned)(rng_next(&rng) % 100);
-        char kbuf[32], fbuf[32], vbuf[256];
-        const char *argv[4];
-        size_t lens[4];
-        int argc;
-        uint64_t hkey = 0, vid = 0;
-        int is_put = 0, is_incr = 0, is_hash = 0;
-        if (pick < 70 || opt_counters == 0) { /* string register */
-            int k = (int)(rng_next(&rng) % (uint64_t)opt_keys);
-            is_put = pick % 2 == 0;
-            snprintf(kbuf, sizeof kbuf, "k%d", k);
-            hkey = (uint64_t)k;
-        } else if (pick < 90 && opt_hashes > 0) { /* hash field register */
-            int hh = (int)(rng_next(&rng) % (uint64_t)opt_hashes);
-            int f = (int)(rng_next(&rng) % (uint64_t)opt_fields);
-            is_put = pick % 2 == 0;
-            is_hash = 1;
-            snprintf(kbuf, sizeof kbuf, "h%d", hh);
-            snprintf(fbuf, sizeof fbuf, "f%d", f);
-            hkey = HKEY_HASH_BASE + 100 * (uint64_t)hh + (uint64_t)f;
-        } else { /* counter */
-            int k = (int)(rng_next(&rng) % (uint64_t)opt_counters);
-            is_incr = 1;
-            snprintf(kbuf, sizeof kbuf, "c%d", k);
-        }
-        argc = 0;
-        if (is_incr) {
-            argv[argc++] = "INCR";
-        } else if (is_hash) {
-            argv[argc++] = is_put ? "HSET" : "HGET";
-        } else {
-            argv[argc++] = is_put ? "SET" : "GET";
-        }
-        argv[argc++] = kbuf;
-        if (is_hash)
-            argv[argc++] = fbuf;
-        if (is_put) {
-            vid = ((uint64_t)opt_epoch << 40) | ((uint64_t)(w->idx & 0xff) << 32) | ++seq;
-            make_value(vid, vbuf, sizeof vbuf);
-            argv[argc++] = vbuf;
-        }
-        for (int i = 0; i < argc; i++)
-            lens[i] = strlen(argv[i]);
-        uint64_t my = ++opid;
-        if (is_incr) {
-            fprintf(ack, "N INCR %s\n", kbuf);
-        } else {
-            fprintf(h, "I %" PRIu64 " %" PRIu64 " %" PRIu64 " %s %" PRIu64 " %" PRIu64 "\n", my, client,
-                    hkey, is_put ? "PUT" : "GET", vid, now_ns());
-        }
-        w->ops++;
-        if (send_cmd(c, argc, argv, lens) < 0 || read_reply(c, r) < 0) {
-            w->broken = 1;
-            break; /* the server is gone: outcome unknown, no R line */
-        }
-        uint64_t t = now_ns();
-        if (r->type == REP_ERROR) {
-            fprintf(stderr, "client %d: %s %s: error reply: %s\n", w->idx, argv[0], kbuf, r->str);
-            atomic_fetch_add(&bad_replies, 1);
-            break; /* treated as unknown outcome */
-        }
-        if (is_incr) {
-            if (r->type != REP_INT) {
-                fprintf(stderr, "client %d: INCR %s: not an integer reply\n", w->idx, kbuf);
-                atomic_fetch_add(&bad_replies, 1);
-                break;
-            }
-            fprintf(ack, "A INCR %s %lld\n", kbuf, r->integer);
-            w->acked++;
-        } else if (is_put) {
-            int ok = is_hash ? r->type == REP_INT : (r->type == REP_STATUS && strcmp(r->str, "OK") == 0);
-            if (!ok) {
-                fprintf(stderr, "client %d: %s %s: unexpected reply\n", w->idx, argv[0], kbuf);
-                atomic_fetch_add(&bad_replies, 1);
-                break;
-            }
-            fprintf(h, "R %" PRIu64 " 0 %" PRIu64 "\n", my, t);
-            if (is_hash)
-                fprintf(ack, "A HSET %s %s %" PRIu64 "\n", kbuf, fbuf, vid);
-            else
-                fprintf(ack, "A SET %s %" PRIu64 "\n", kbuf, vid);
-            w->acked++;
-        } else {
-            log_result(h, my, parse_value(r), t);
-        }
+            usleep((useconds_t)(rng_next(&x->rng) % (uint64_t)(2 * opt_think_us + 1)));
+        /* 35 % strings, 15 % hashes, 8 % counters, 12 % MULTI pairs, 12 % TTL
+         * registers, 10 % short-TTL keys, 8 % lists; a kind with no keys
+         * falls back to strings. */
+        unsigned pick = pick100(x);
+        int rc;
+        if (pick < 35)
+            rc = op_string(x);
+        else if (pick < 50 && opt_hashes > 0)
+            rc = op_hash(x);
+        else if (pick >= 50 && pick < 58 && opt_counters > 0)
+            rc = op_incr(x);
+        else if (pick >= 58 && pick < 70 && opt_pairs > 0)
+            rc = op_pair(x);
+        else if (pick >= 70 && pick < 82 && opt_ttl_keys > 0)
+            rc = op_ttl(x);
+        else if (pick >= 82 && pick < 92 && opt_short_keys > 0)
+            rc = op_short(x);
+        else if (pick >= 92 && opt_lists > 0)
+            rc = op_list(x);
+        else
+            rc = op_string(x);
+        if (rc == OP_BROKEN)
+            w->broken = 1; /* the server is gone: outcome unknown, no R line */
+        if (rc != OP_OK)
+            break;
     }
 out:
-    if (c->fd >= 0)
-        close(c->fd);
-    if (fclose(h) != 0 || fclose(ack) != 0) {
+    if (x->c->fd >= 0)
+        close(x->c->fd);
+    if (fclose(x->h) != 0 || fclose(x->ack) != 0) {
         perror("writing the logs");
         exit(2);
     }
-    free(c);
-    free(r);
+    free(x->c);
+    free(x->r);
+    free(x);
     return NULL;
 }
 
@@ -418,82 +827,204 @@ static int do_run(void) {
 
 /* ---- dump ---- */
 
-static int dump_one(conn_t *c, reply_t *r, FILE *h, uint64_t client, uint64_t *opid, uint64_t hkey,
-                    int argc, const char **argv) {
-    size_t lens[4];
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
-    uint64_t my = ++*opid;
-    fprintf(h, "I %" PRIu64 " %" PRIu64 " %" PRIu64 " GET 0 %" PRIu64 "\n", my, client, hkey, now_ns());
-    if (send_cmd(c, argc, argv, lens) < 0 || read_reply(c, r) < 0) {
+typedef struct {
+    conn_t *c;
+    reply_t *r;
+    cmdbuf_t b;
+    FILE *h;
+    uint64_t client, opid;
+} dump_t;
+
+/* Sends the buffered commands and reads one reply; -1 on a connection error
+ * or an error reply. */
+static int dump_cmd(dump_t *d) {
+    if (cmd_send(d->c, &d->b) < 0 || read_reply(d->c, d->r) < 0) {
         fprintf(stderr, "dump: connection error\n");
         return -1;
     }
-    uint64_t t = now_ns();
-    if (r->type == REP_ERROR) {
-        fprintf(stderr, "dump: %s %s: %s\n", argv[0], argv[1], r->str);
+    if (d->r->type == REP_ERROR) {
+        fprintf(stderr, "dump: error reply: %s\n", d->r->str);
         return -1;
     }
-    uint64_t v = parse_value(r);
-    log_result(h, my, v, t);
-    if (v == UINT64_MAX)
-        printf("reg %" PRIu64 " torn\n", hkey);
-    else
-        printf("reg %" PRIu64 " %" PRIu64 "\n", hkey, v);
+    return 0;
+}
+
+static int dump_next(dump_t *d, int type) {
+    if (read_reply(d->c, d->r) < 0) {
+        fprintf(stderr, "dump: connection error\n");
+        return -1;
+    }
+    if (d->r->type == REP_ERROR || (type >= 0 && d->r->type != type)) {
+        fprintf(stderr, "dump: unexpected reply (%d) %s\n", d->r->type, d->r->str);
+        return -1;
+    }
+    return 0;
+}
+
+/* Reads one register with the command in d->b (a value reply). */
+static int dump_reg(dump_t *d, uint64_t hkey) {
+    uint64_t my = ++d->opid;
+    fprintf(d->h, "I %" PRIu64 " %" PRIu64 " %" PRIu64 " GET 0 %" PRIu64 "\n", my, d->client, hkey, now_ns());
+    if (dump_cmd(d) < 0)
+        return -1;
+    uint64_t t = now_ns();
+    uint64_t v = parse_value(d->r);
+    log_result(d->h, my, v, t);
+    printf("reg %" PRIu64 " ", hkey);
+    print_value(stdout, v);
+    putchar('\n');
+    return 0;
+}
+
+static int dump_pair(dump_t *d, int i) {
+    char ka[32], f[32];
+    snprintf(ka, sizeof ka, "ta%d", i);
+    snprintf(f, sizeof f, "t%d", i);
+    uint64_t hkey = HKEY_PAIR_BASE + (uint64_t)i, my = ++d->opid;
+    fprintf(d->h, "I %" PRIu64 " %" PRIu64 " %" PRIu64 " GET 0 %" PRIu64 "\n", my, d->client, hkey, now_ns());
+    CMD(&d->b, "MULTI");
+    CMD(&d->b, "GET", ka);
+    CMD(&d->b, "HGET", "th", f);
+    CMD(&d->b, "EXEC");
+    if (dump_cmd(d) < 0 || dump_next(d, REP_STATUS) < 0 || dump_next(d, REP_STATUS) < 0 ||
+        dump_next(d, REP_ARRAY) < 0 || d->r->integer != 2 || dump_next(d, -1) < 0)
+        return -1;
+    uint64_t a = parse_value(d->r);
+    if (dump_next(d, -1) < 0)
+        return -1;
+    uint64_t b = parse_value(d->r), t = now_ns();
+    log_result(d->h, my, a == b ? a : TORN, t);
+    printf("reg %" PRIu64 " ", hkey);
+    if (a == b) {
+        print_value(stdout, a);
+    } else {
+        printf("torn %s=", ka);
+        print_value(stdout, a);
+        printf(",th.%s=", f);
+        print_value(stdout, b);
+    }
+    putchar('\n');
     return 0;
 }
 
 static int do_dump(void) {
-    FILE *h = open_log("client", DUMP_CLIENT);
-    conn_t *c = calloc(1, sizeof *c);
-    reply_t *r = malloc(sizeof *r);
-    uint64_t client = (uint64_t)opt_epoch * 1000 + DUMP_CLIENT, opid = 0;
+    dump_t d = {0};
+    d.h = open_log("client", DUMP_CLIENT);
+    d.c = calloc(1, sizeof *d.c);
+    d.r = malloc(sizeof *d.r);
+    d.client = (uint64_t)opt_epoch * 1000 + DUMP_CLIENT;
     int rc = 0;
-    if (conn_open(c) < 0) {
+    if (conn_open(d.c) < 0) {
         fprintf(stderr, "dump: cannot connect to port %d\n", opt_port);
         return 2;
     }
     char k[32], f[32];
     for (int i = 0; i < opt_keys && rc == 0; i++) {
         snprintf(k, sizeof k, "k%d", i);
-        const char *argv[] = {"GET", k};
-        rc = dump_one(c, r, h, client, &opid, (uint64_t)i, 2, argv);
+        CMD(&d.b, "GET", k);
+        rc = dump_reg(&d, (uint64_t)i);
     }
     for (int i = 0; i < opt_hashes && rc == 0; i++)
         for (int j = 0; j < opt_fields && rc == 0; j++) {
             snprintf(k, sizeof k, "h%d", i);
             snprintf(f, sizeof f, "f%d", j);
-            const char *argv[] = {"HGET", k, f};
-            rc = dump_one(c, r, h, client, &opid, HKEY_HASH_BASE + 100 * (uint64_t)i + (uint64_t)j, 3, argv);
+            CMD(&d.b, "HGET", k, f);
+            rc = dump_reg(&d, HKEY_HASH_BASE + 100 * (uint64_t)i + (uint64_t)j);
         }
+    for (int i = 0; i < opt_pairs && rc == 0; i++)
+        rc = dump_pair(&d, i);
+    for (int i = 0; i < opt_ttl_keys && rc == 0; i++) {
+        snprintf(k, sizeof k, "x%d", i);
+        CMD(&d.b, "GET", k);
+        rc = dump_reg(&d, HKEY_TTL_BASE + (uint64_t)i);
+        if (rc == 0) {
+            CMD(&d.b, "PEXPIRETIME", k);
+            rc = dump_cmd(&d);
+        }
+        if (rc == 0 && d.r->type != REP_INT)
+            rc = -1;
+        if (rc == 0)
+            printf("ttl %d %lld\n", HKEY_TTL_BASE + i, d.r->integer);
+    }
     for (int i = 0; i < opt_counters && rc == 0; i++) {
         snprintf(k, sizeof k, "c%d", i);
-        const char *argv[] = {"GET", k};
-        size_t lens[] = {3, strlen(k)};
-        if (send_cmd(c, 2, argv, lens) < 0 || read_reply(c, r) < 0) {
-            rc = -1;
+        CMD(&d.b, "GET", k);
+        if ((rc = dump_cmd(&d)) < 0)
             break;
-        }
-        if (r->type == REP_NIL)
+        if (d.r->type == REP_NIL)
             printf("ctr %s 0\n", k);
-        else if (r->type == REP_BULK && !r->bad)
-            printf("ctr %s %s\n", k, r->str);
+        else if (d.r->type == REP_BULK && !d.r->bad)
+            printf("ctr %s %s\n", k, d.r->str);
         else
             printf("ctr %s bad\n", k);
     }
-    close(c->fd);
-    if (fclose(h) != 0) {
+    for (int i = 0; i < opt_short_keys && rc == 0; i++) {
+        snprintf(k, sizeof k, "s%d", i);
+        CMD(&d.b, "GET", k);
+        if ((rc = dump_cmd(&d)) < 0)
+            break;
+        uint64_t v = parse_value(d.r);
+        CMD(&d.b, "PTTL", k);
+        if ((rc = dump_cmd(&d)) < 0 || d.r->type != REP_INT) {
+            rc = -1;
+            break;
+        }
+        printf("short %s ", k);
+        print_value(stdout, v);
+        printf(" %lld\n", d.r->integer);
+    }
+    for (int i = 0; i < opt_lists && rc == 0; i++) {
+        snprintf(k, sizeof k, "l%d", i);
+        CMD(&d.b, "LRANGE", k, "0", "-1");
+        if ((rc = dump_cmd(&d)) < 0 || d.r->type != REP_ARRAY) {
+            rc = -1;
+            break;
+        }
+        long long n = d.r->integer;
+        printf("list %s %lld", k, n);
+        for (long long j = 0; j < n && rc == 0; j++) {
+            if ((rc = dump_next(&d, -1)) == 0) {
+                putchar(' ');
+                print_value(stdout, d.r->type == REP_NIL ? TORN : parse_value(d.r));
+            }
+        }
+        putchar('\n');
+    }
+    if (rc == 0) {
+        CMD(&d.b, "KEYS", "*");
+        rc = dump_cmd(&d);
+        if (rc == 0 && d.r->type != REP_ARRAY)
+            rc = -1;
+        long long n = rc == 0 ? d.r->integer : 0;
+        printf("keys");
+        for (long long j = 0; j < n && rc == 0; j++)
+            if ((rc = dump_next(&d, REP_BULK)) == 0)
+                printf(" %s", d.r->str);
+        putchar('\n');
+    }
+    if (rc == 0) {
+        CMD(&d.b, "DBSIZE");
+        rc = dump_cmd(&d);
+        if (rc == 0 && d.r->type != REP_INT)
+            rc = -1;
+        if (rc == 0)
+            printf("dbsize %lld\n", d.r->integer);
+    }
+    close(d.c->fd);
+    if (fclose(d.h) != 0) {
         perror("writing the dump log");
         return 2;
     }
-    free(c);
-    free(r);
+    free(d.c);
+    free(d.r);
     return rc ? 1 : 0;
 }
 
 static void usage(void) {
     fprintf(stderr, "usage: redis_crash_clients run|dump --port P --epoch E --dir D [--clients N] [--keys K]\n"
-                    "       [--hashes H] [--fields F] [--counters C] [--seconds S] [--think-us U] [--seed X]\n");
+                    "       [--hashes H] [--fields F] [--counters C] [--pairs P] [--ttl-keys X]\n"
+                    "       [--short-keys S] [--lists L] [--long-px MS] [--short-px-max MS]\n"
+                    "       [--seconds S] [--think-us U] [--seed X]\n");
     exit(2);
 }
 
@@ -522,6 +1053,18 @@ int main(int argc, char **argv) {
             opt_fields = atoi(v);
         else if (!strcmp(o, "--counters"))
             opt_counters = atoi(v);
+        else if (!strcmp(o, "--pairs"))
+            opt_pairs = atoi(v);
+        else if (!strcmp(o, "--ttl-keys"))
+            opt_ttl_keys = atoi(v);
+        else if (!strcmp(o, "--short-keys"))
+            opt_short_keys = atoi(v);
+        else if (!strcmp(o, "--lists"))
+            opt_lists = atoi(v);
+        else if (!strcmp(o, "--long-px"))
+            opt_long_px = atoll(v);
+        else if (!strcmp(o, "--short-px-max"))
+            opt_short_px_max = atoll(v);
         else if (!strcmp(o, "--seconds"))
             opt_seconds = atof(v);
         else if (!strcmp(o, "--think-us"))
@@ -533,7 +1076,9 @@ int main(int argc, char **argv) {
     }
     if (opt_port <= 0 || opt_epoch < 0 || opt_epoch > 0xffffff || !opt_dir || opt_clients < 1 ||
         opt_clients > 255 || opt_keys < 1 || opt_keys > 1000 || opt_hashes < 0 || opt_hashes > 100 ||
-        opt_fields < 1 || opt_fields > 100 || opt_counters < 0)
+        opt_fields < 1 || opt_fields > 100 || opt_counters < 0 || opt_pairs < 0 || opt_pairs > 10000 ||
+        opt_ttl_keys < 0 || opt_ttl_keys > 10000 || opt_short_keys < 0 || opt_lists < 0 || opt_long_px < 1 ||
+        opt_short_px_max < 1)
         usage();
     if (!strcmp(mode, "run"))
         return do_run();

@@ -8,9 +8,12 @@
 //	R <opid> <result> <t_ns>                             return
 //
 // The model is one register per key (initially 0, "never written"); PUT sets
-// it to the write's unique value id, GET returns it. Porcupine checks each key
-// on its own (Partition), which is sound for registers: a history of
-// independent objects is linearizable iff each object's sub-history is.
+// it to the write's unique value id, GET returns it. A PUT of 0 is a delete
+// (the Redis crash test, redis/tests/redis_crash_clients.c, logs DEL, HDEL and
+// a MULTI that deletes both keys of a pair so): the register is nil again.
+// Porcupine checks each key on its own (Partition), which is sound for
+// registers: a history of independent objects is linearizable iff each
+// object's sub-history is.
 package main
 
 import (
@@ -106,6 +109,12 @@ var KVModel = porcupine.Model{
 	DescribeOperation: func(input, output interface{}) string {
 		in := input.(kvInput)
 		out := output.(kvOutput)
+		if in.Put && in.Value == 0 { // a delete (the Redis crash test)
+			if out.Unknown {
+				return fmt.Sprintf("p%d del(k%d) -> ? (cut by crash)", in.Proc, in.Key)
+			}
+			return fmt.Sprintf("p%d del(k%d)", in.Proc, in.Key)
+		}
 		if in.Put {
 			if out.Unknown {
 				return fmt.Sprintf("p%d put(k%d, %s) -> ? (cut by crash)", in.Proc, in.Key,
