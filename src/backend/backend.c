@@ -106,6 +106,12 @@ static int backend_round(backend *b, uint64_t committed)
  * early; below that the backend applies every APPLY_INTERVAL_NS. Lazy on
  * purpose: a wake-up per commit would cost more than the commit itself. */
 #define APPLY_INTERVAL_NS 1000000ull
+/* fs mode: every mirror sync is a device cache flush that the commit's sync
+ * queues behind, so apply (and flush) less often. */
+#define APPLY_INTERVAL_FS_NS 1000000000ull
+/* fs mode: every mirror sync is a device cache flush that the commit's sync
+ * queues behind, so apply (and flush) less often. */
+#define APPLY_INTERVAL_FS_NS 1000000000ull
 
 static bool has_pressure(backend *b, uint64_t committed)
 {
@@ -145,7 +151,7 @@ static void *backend_main(void *arg)
         pthread_mutex_lock(&b->mu);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += (long)APPLY_INTERVAL_NS;
+        until.tv_nsec += (long)b->interval_ns;
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
@@ -162,7 +168,7 @@ static void *backend_main(void *arg)
                 atomic_store(&b->sleeping, BACKEND_AWAKE);
                 /* New work: start the apply interval from now. */
                 clock_gettime(CLOCK_MONOTONIC, &until);
-                until.tv_nsec += (long)APPLY_INTERVAL_NS;
+                until.tv_nsec += (long)b->interval_ns;
                 if (until.tv_nsec >= 1000000000L) {
                     until.tv_sec++;
                     until.tv_nsec -= 1000000000L;
@@ -195,6 +201,7 @@ int backend_start(backend *b, pool *p, redo_log *log)
     b->applied_lsn = atomic_load(&log->committed_lsn);
     b->applied_seq = log->next_seq;
     b->wake_bytes = log->cap / 8;
+    b->interval_ns = p->pd.mode == PERSIST_FS ? APPLY_INTERVAL_FS_NS : APPLY_INTERVAL_NS;
     pthread_mutex_init(&b->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);

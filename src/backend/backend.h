@@ -28,6 +28,7 @@ typedef struct backend {
     pthread_cond_t cv;
     _Atomic int sleeping; /* BACKEND_AWAKE / _TIMED / _IDLE */
     uint64_t wake_bytes;  /* unapplied log that makes the frontend wake us */
+    uint64_t interval_ns; /* apply at least this often while work is pending */
     _Atomic int stop;
     _Atomic uint64_t applied_lsn; /* read by backend_notify on the frontend */
     uint64_t applied_seq;

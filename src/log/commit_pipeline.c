@@ -47,7 +47,7 @@ static void *sync_main(void *arg)
 
         pthread_mutex_lock(&cp->mu);
         if (rc != MANGO_OK) {
-            cp->error = rc;
+            __atomic_store_n(&cp->error, rc, __ATOMIC_RELEASE);
             pthread_cond_broadcast(&cp->done_cv);
             pthread_mutex_unlock(&cp->mu);
             signal_fd(cp);
@@ -161,11 +161,8 @@ int pipeline_wait(commit_pipeline *cp, uint64_t t)
 uint64_t pipeline_durable(commit_pipeline *cp, int *err)
 {
     uint64_t d = atomic_load_explicit(&cp->durable, memory_order_acquire);
-    if (err) {
-        pthread_mutex_lock(&cp->mu);
-        *err = cp->error;
-        pthread_mutex_unlock(&cp->mu);
-    }
+    if (err)
+        *err = __atomic_load_n(&cp->error, __ATOMIC_ACQUIRE);
     return d;
 }
 

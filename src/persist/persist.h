@@ -6,7 +6,7 @@
  *
  *   mode      flush(range)              fence      sync
  *   pmem      clwb each 64 B line       sfence     sfence
- *   fs        remember the page range   -          msync(MS_SYNC) the ranges
+ *   fs        remember the page range   -          msync(MS_SYNC) one range, fdatasync several
  *   emulated  -                         -          - (tmpfs; process crashes only)
  *   none      -                         -          -
  *   sim       remember the 64 B lines   -          pwrite the lines to the file

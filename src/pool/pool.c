@@ -52,6 +52,23 @@ persist_mode pool_detect_mode(int fd, size_t size)
     return PERSIST_FS;
 }
 
+static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
+{
+    static const char zeros[1 << 16];
+    while (len > 0) {
+        size_t n = len < sizeof zeros ? (size_t)len : sizeof zeros;
+        ssize_t w = pwrite(fd, zeros, n, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return mango_error(MANGO_EIO, "cannot write the log ring of %s: %s", path,
+                               w < 0 ? strerror(errno) : "short write");
+        off += (uint64_t)w;
+        len -= (uint64_t)w;
+    }
+    return MANGO_OK;
+}
+
 int pool_create(const char *path, const pool_create_params *pp)
 {
     if (access(path, F_OK) == 0)
@@ -106,6 +123,12 @@ int pool_create(const char *path, const pool_create_params *pp)
                          (unsigned long long)pool_size, strerror(err));
         goto fail;
     }
+    /* fallocate leaves "unwritten" extents: the first write to each block
+     * converts it, a metadata change that turns a commit's sync into a
+     * journal commit. Write the log ring once now, so commits only ever
+     * overwrite written blocks (fs mode: one data write and one cache flush). */
+    if (!tmpfs && (rc = zero_fill(fd, log_offset, pp->log_size, tmp)) != MANGO_OK)
+        goto fail;
     char *base = mmap(NULL, pool_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
         rc = mango_error(MANGO_EIO, "cannot map %s: %s", tmp, strerror(errno));
