@@ -31,6 +31,8 @@ void createSharedObjects(void);
 extern dictType keylistDictType;
 
 static int mango_on;        /* mango_init succeeded */
+static uint64_t durable_seen; /* last durable ticket read from Mangosteen */
+static int durable_fd = -1;  /* Mangosteen's eventfd, in the event loop */
 static int mango_recovered; /* the pool held a state */
 static int write_depth;     /* nesting of write sections */
 static uintptr_t heap_lo, heap_hi;
@@ -135,12 +137,54 @@ void mangoWriteEnd(void)
     mango_batch_pause();
 }
 
-void mangoCommit(void)
+/* Ends the open batch and waits until it is durable. */
+static void commit_sync(void)
 {
     if (!mango_on || !mango_batch_open()) return;
     serverAssert(write_depth == 0);
     int rc = mango_batch_end();
     if (rc != MANGO_OK) die("mango_batch_end (commit)", rc);
+}
+
+/* The durable ticket advanced: the read wakes the loop, whose beforeSleep()
+ * then writes the replies that were waiting. */
+static void durable_event(aeEventLoop *el, int fd, void *data, int mask)
+{
+    UNUSED(el); UNUSED(data); UNUSED(mask);
+    uint64_t v;
+    while (read(fd, &v, sizeof v) == sizeof v) {}
+}
+
+void mangoCommit(void)
+{
+    if (!mango_on) return;
+    if (durable_fd < 0 && server.el) {
+        durable_fd = mango_durable_fd();
+        if (durable_fd < 0) die("mango_durable_fd", durable_fd);
+        if (aeCreateFileEvent(server.el, durable_fd, AE_READABLE, durable_event, NULL) == AE_ERR) {
+            serverLog(LL_WARNING, "Mangosteen: cannot watch the durability eventfd");
+            _exit(1);
+        }
+    }
+    if (!mango_batch_open()) return;
+    serverAssert(write_depth == 0);
+    int rc = mango_batch_submit(NULL);
+    if (rc != MANGO_OK) die("mango_batch_submit (commit)", rc);
+}
+
+void mangoNoteReply(client *c)
+{
+    c->mango_ticket = mango_on ? mango_reply_ticket() : 0;
+}
+
+int mangoReplyHeld(client *c)
+{
+    if (!mango_on || c->mango_ticket <= durable_seen) return 0;
+    uint64_t d;
+    int rc = mango_durable_ticket(&d);
+    if (rc != MANGO_OK) die("pipelined commit: a log sync failed", rc);
+    durable_seen = d;
+    return c->mango_ticket > d;
 }
 
 int mangoEnabled(void) { return mango_on; }
@@ -181,6 +225,11 @@ void mangoCreateDatabases(void)
 {
     int j;
     if (mango_on) serverLog(LL_NOTICE, "%s", init_msg);
+    if (mango_on && server.io_threads_num > 1) {
+        /* Threaded writes bypass the per-client durability check. */
+        serverLog(LL_WARNING, "Mangosteen: io-threads > 1 is not supported; set io-threads 1");
+        exit(1);
+    }
     if (!mango_on || !mango_recovered) {
         mangoWriteBegin();
         createSharedObjects();
@@ -202,7 +251,7 @@ void mangoCreateDatabases(void)
         durable_dbnum = server.dbnum;
         durable_magic = MANGO_REDIS_MAGIC;
         mangoWriteEnd();
-        mangoCommit();
+        commit_sync(); /* durable before the server accepts anything */
     } else if (durable_dbnum != server.dbnum) {
         serverLog(LL_WARNING, "Mangosteen: the pool has %d databases, the configuration %d: refusing to start",
                   durable_dbnum, server.dbnum);

@@ -3,10 +3,16 @@
  * Redis runs in Mangosteen's event-loop mode: every piece of code that may
  * change the datasets runs inside a "write section" (mangoWriteBegin/End).
  * The first write section of an event-loop pass opens a batch; later ones
- * resume it; mangoCommit() in beforeSleep() ends it (one commit, one sync)
- * before any reply is written to a socket. Between write sections of the
- * same pass the batch stays open but capture and durable allocation are
- * paused, so reading and parsing other clients' requests stays transient.
+ * resume it; mangoCommit() in beforeSleep() ends it. Between write sections
+ * of the same pass the batch stays open but capture and durable allocation
+ * are paused, so reading and parsing other clients' requests stays transient.
+ *
+ * Replies wait for durability per client (pipelined group commit): every
+ * reply added to a client records the Mangosteen ticket it depends on
+ * (mangoNoteReply, from prepareClientToWrite); the client's output is written
+ * only once that ticket is durable (mangoReplyHeld). In fs mode the pass's
+ * batch is synced by Mangosteen's sync thread while the loop runs the next
+ * pass; an eventfd wakes the loop when a sync completes.
  */
 #ifndef MANGO_ADAPTER_H
 #define MANGO_ADAPTER_H
@@ -28,8 +34,15 @@ void mangoWriteEnd(void);
  * keyspace as they are, e.g. SET's value). */
 struct client;
 void mangoDurableArgv(struct client *c);
-/* End the pass's batch, if one is open; returns once it is durable. */
+/* End the pass's batch, if one is open, without waiting for it to be
+ * durable (replies wait instead: mangoReplyHeld). */
 void mangoCommit(void);
+/* prepareClientToWrite: c's pending output now depends on the open batch (if
+ * a write section ran in this pass) or on the last batch ended. */
+void mangoNoteReply(struct client *c);
+/* Must c's pending output still wait (its batch is not durable yet)? Exits
+ * the server if a sync failed (nothing after it may be acknowledged). */
+int mangoReplyHeld(struct client *c);
 /* Is durability on? (replies then use the AE write barrier, like
  * appendfsync always, so a reply is never sent in the pass that made it) */
 int mangoEnabled(void);

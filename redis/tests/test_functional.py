@@ -922,13 +922,10 @@ def test_streams_consumer_groups(srv):
 # --------------------------------------------------------------------------
 # blocked clients: the write that serves a blocked client must be durable
 
-BLOCKED_BUG = (
-    "BUG (durable Redis, redis/mango.patch): processCommand() serves clients blocked on keys "
-    "(handleClientsBlockedOnKeys() right after call()) outside any write section, so the pop "
-    "or the consumer-group delivery is made to durable memory outside a batch: after a restart "
-    "the list is corrupt (LRANGE segfaults) and the group's delivery (consumer, PEL entry, "
-    "last-delivered-id) is gone. Only the call in beforeSleep() is wrapped. "
-    "Reproduction: docs/redis.md, Functional tests.")
+# Regression: processCommand() serves clients blocked on keys
+# (handleClientsBlockedOnKeys() right after call()); before the fix this ran
+# outside any write section, so the pop or the consumer-group delivery was
+# lost on restart (LRANGE even segfaulted on the half-durable list).
 
 
 def blocked_call(srv, fn):
@@ -940,7 +937,6 @@ def blocked_call(srv, fn):
     return t, out
 
 
-@pytest.mark.xfail(strict=True, reason=BLOCKED_BUG)
 def test_blocked_list_pops_are_durable(srv):
     r = srv.client()
     r.rpush("src", "a", "b", "c")
@@ -962,7 +958,6 @@ def test_blocked_list_pops_are_durable(srv):
     assert r.zrange("z", 0, -1, withscores=True) == [(b"high", 2.0)]
 
 
-@pytest.mark.xfail(strict=True, reason=BLOCKED_BUG)
 def test_blocked_xreadgroup_is_durable(srv):
     r = srv.client()
     r.xgroup_create("s", "g", id="$", mkstream=True)
