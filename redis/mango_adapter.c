@@ -13,6 +13,23 @@
  * Transient: everything else initServer() builds (sockets, event loop,
  * clients, scripting, config) and the per-db blocking/ready/watched key
  * dicts, which point at clients.
+ *
+ * Reply dependencies (pipelined group commit): a reply may leave only when
+ * the batches whose effects it can report are durable. Its ticket is
+ *   - the open batch's, for replies added inside a write section (write
+ *     commands, served blocked clients) or by a command that opened one
+ *     (e.g. a GET that deleted an expired key);
+ *   - for a read command, the largest ticket among the batches that last
+ *     wrote one of its keys (key_tickets) and global_ticket (batches whose
+ *     effects are not tied to known keys: key-less writes such as FLUSHALL or
+ *     SWAPDB, MOVE/COPY, write sections outside commands such as expiry and
+ *     eviction); a read command with no keys (DBSIZE, SCAN, ...) depends on
+ *     everything submitted;
+ *   - everything submitted, for replies added outside commands.
+ * A client's ticket only grows while it has unsent output. Keys are stamped
+ * before a write command runs (the ticket is known once its batch is open),
+ * which is conservative. key_tickets is two generations of dicts: when the
+ * durable ticket passes every stamp of the older one, it is dropped.
  */
 #include "server.h"
 #include "mango_adapter.h"
@@ -31,6 +48,12 @@ void createSharedObjects(void);
 extern dictType keylistDictType;
 
 static int mango_on;        /* mango_init succeeded */
+static int call_depth;       /* nesting of call() */
+static uint64_t cmd_dep;     /* the outermost command's dependencies so far */
+static uint64_t global_ticket;
+static dict *key_tickets[2]; /* [0] current, [1] older: (db, key) -> ticket */
+static uint64_t key_tickets_max[2];
+static void rotate_key_tickets(uint64_t durable);
 static uint64_t durable_seen; /* last durable ticket read from Mangosteen */
 static int durable_fd = -1;  /* Mangosteen's eventfd, in the event loop */
 static int mango_recovered; /* the pool held a state */
@@ -135,6 +158,12 @@ void mangoWriteEnd(void)
     if (--write_depth > 0) return;
     /* Pause: the batch stays open until beforeSleep(). */
     mango_batch_pause();
+    uint64_t t = mango_reply_ticket(); /* the open batch's */
+    if (call_depth > 0) {
+        if (t > cmd_dep) cmd_dep = t;
+    } else if (t > global_ticket) {
+        global_ticket = t; /* expiry, eviction, cron: keys unknown */
+    }
 }
 
 /* Ends the open batch and waits until it is durable. */
@@ -166,15 +195,26 @@ void mangoCommit(void)
             _exit(1);
         }
     }
-    if (!mango_batch_open()) return;
-    serverAssert(write_depth == 0);
-    int rc = mango_batch_submit(NULL);
-    if (rc != MANGO_OK) die("mango_batch_submit (commit)", rc);
+    if (mango_batch_open()) {
+        serverAssert(write_depth == 0);
+        int rc = mango_batch_submit(NULL);
+        if (rc != MANGO_OK) die("mango_batch_submit (commit)", rc);
+    }
+    uint64_t d;
+    if (mango_durable_ticket(&d) == MANGO_OK) rotate_key_tickets(d);
 }
 
 void mangoNoteReply(client *c)
 {
-    c->mango_ticket = mango_on ? mango_reply_ticket() : 0;
+    if (!mango_on) return;
+    uint64_t t;
+    if (write_depth > 0 || call_depth == 0)
+        t = mango_reply_ticket(); /* the open batch, or everything submitted */
+    else
+        t = cmd_dep;
+    /* Unsent output may depend on a later batch than this reply does. */
+    if (clientHasPendingReplies(c) && c->mango_ticket > t) t = c->mango_ticket;
+    c->mango_ticket = t;
 }
 
 int mangoReplyHeld(client *c)
@@ -206,9 +246,8 @@ int mangoDictMayRehash(const void *d)
     return p < heap_lo || p >= heap_hi; /* transient dicts rehash any time */
 }
 
-void mangoDurableArgv(client *c)
+static void durable_argv(client *c)
 {
-    if (!mango_on) return;
     for (int j = 0; j < c->argc; j++) {
         robj *o = c->argv[j];
         uintptr_t p = (uintptr_t)o;
@@ -217,6 +256,126 @@ void mangoDurableArgv(client *c)
         c->argv[j] = dupStringObject(o);
         decrRefCount(o);
     }
+}
+
+/* ---- reply dependencies (see the top of this file) ----------------------- */
+
+static dictType keyTicketDictType = {
+    dictSdsHash, NULL, NULL, dictSdsKeyCompare, dictSdsDestructor, NULL, NULL
+};
+
+/* (db, key) as one sds; NULL if the argument is not a string. */
+static sds ticket_key(int dbid, robj *key)
+{
+    char buf[LONG_STR_SIZE];
+    const char *p;
+    size_t len;
+    if (sdsEncodedObject(key)) {
+        p = key->ptr;
+        len = sdslen(key->ptr);
+    } else if (key->encoding == OBJ_ENCODING_INT) {
+        len = ll2string(buf, sizeof buf, (long)key->ptr);
+        p = buf;
+    } else {
+        return NULL;
+    }
+    sds s = sdsnewlen(&dbid, sizeof dbid);
+    return sdscatlen(s, p, len);
+}
+
+/* The keys of c's command: >0 keys in *r (free with getKeysFreeResult),
+ * 0 none, -1 unknown. */
+static int command_keys(client *c, getKeysResult *r)
+{
+    int n = getKeysFromCommandWithSpecs(c->cmd, c->argv, c->argc, GET_KEYSPEC_DEFAULT, r);
+    return n < 0 ? -1 : n;
+}
+
+static void stamp_write_keys(client *c, uint64_t t)
+{
+    const char *name = c->cmd->fullname;
+    getKeysResult r = GETKEYS_RESULT_INIT;
+    int n = command_keys(c, &r);
+    /* MOVE/COPY ... DB write a key of another database. */
+    if (n <= 0 || !strcasecmp(name, "move") || !strcasecmp(name, "copy")) {
+        if (t > global_ticket) global_ticket = t;
+    } else {
+        if (!key_tickets[0]) key_tickets[0] = dictCreate(&keyTicketDictType);
+        for (int i = 0; i < n; i++) {
+            sds k = ticket_key(c->db->id, c->argv[r.keys[i].pos]);
+            if (!k) { if (t > global_ticket) global_ticket = t; continue; }
+            dictEntry *existing;
+            dictEntry *de = dictAddRaw(key_tickets[0], k, &existing);
+            if (de) dictSetUnsignedIntegerVal(de, t);
+            else { dictSetUnsignedIntegerVal(existing, t); sdsfree(k); }
+        }
+        if (t > key_tickets_max[0]) key_tickets_max[0] = t;
+    }
+    getKeysFreeResult(&r);
+}
+
+static uint64_t read_dependency(client *c)
+{
+    getKeysResult r = GETKEYS_RESULT_INIT;
+    int n = command_keys(c, &r);
+    uint64_t dep = global_ticket;
+    if (n <= 0) {
+        dep = mango_reply_ticket(); /* keyspace-wide or unknown: everything */
+    } else {
+        for (int i = 0; i < n; i++) {
+            sds k = ticket_key(c->db->id, c->argv[r.keys[i].pos]);
+            if (!k) { dep = mango_reply_ticket(); break; }
+            for (int g = 0; g < 2; g++) {
+                dictEntry *de = key_tickets[g] ? dictFind(key_tickets[g], k) : NULL;
+                if (de && dictGetUnsignedIntegerVal(de) > dep) dep = dictGetUnsignedIntegerVal(de);
+            }
+            sdsfree(k);
+        }
+    }
+    getKeysFreeResult(&r);
+    return dep;
+}
+
+/* Drop the older generation once every stamp in it is durable. */
+static void rotate_key_tickets(uint64_t durable)
+{
+    if (key_tickets_max[1] > durable) return;
+    if (key_tickets[1]) dictRelease(key_tickets[1]);
+    key_tickets[1] = key_tickets[0];
+    key_tickets_max[1] = key_tickets_max[0];
+    key_tickets[0] = NULL;
+    key_tickets_max[0] = 0;
+}
+
+int mangoCallBegin(client *c)
+{
+    int write = (c->cmd->flags & CMD_WRITE) != 0;
+    if (!mango_on) return write;
+    call_depth++;
+    if (write) {
+        mangoWriteBegin();
+        durable_argv(c);
+        uint64_t t = mango_reply_ticket(); /* the open batch's */
+        if (t > cmd_dep) cmd_dep = t;
+        mango_batch_pause(); /* the key table is transient */
+        stamp_write_keys(c, t);
+        mango_batch_resume();
+    } else {
+        int paused = mango_capture_active; /* a read nested in a write section */
+        if (paused) mango_batch_pause();
+        uint64_t d = read_dependency(c);
+        if (paused) mango_batch_resume();
+        if (d > cmd_dep) cmd_dep = d;
+    }
+    return write;
+}
+
+void mangoCallEnd(client *c, int write)
+{
+    UNUSED(c);
+    if (!mango_on) return;
+    if (write) mangoWriteEnd();
+    if (--call_depth == 0) cmd_dep = 0;
 }
 
 /* ---- databases ------------------------------------------------------------ */

@@ -12,7 +12,8 @@
  * (mangoNoteReply, from prepareClientToWrite); the client's output is written
  * only once that ticket is durable (mangoReplyHeld). In fs mode the pass's
  * batch is synced by Mangosteen's sync thread while the loop runs the next
- * pass; an eventfd wakes the loop when a sync completes.
+ * pass; an eventfd wakes the loop when a sync completes. A read of keys no
+ * batch in flight has written does not wait at all.
  */
 #ifndef MANGO_ADAPTER_H
 #define MANGO_ADAPTER_H
@@ -30,10 +31,15 @@ void mangoCreateDatabases(void);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
-/* Make a write command's arguments durable copies (they are stored into the
- * keyspace as they are, e.g. SET's value). */
 struct client;
-void mangoDurableArgv(struct client *c);
+/* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
+ * CMD_WRITE command runs in a write section, its arguments made durable
+ * copies (Redis stores them in the keyspace as they are, e.g. SET's value),
+ * and its keys stamped with the open batch's ticket. A read command's replies
+ * depend only on the batches that last wrote its keys (see the .c file).
+ * Returns whether the command is a write (pass it to mangoCallEnd). */
+int mangoCallBegin(struct client *c);
+void mangoCallEnd(struct client *c, int write);
 /* End the pass's batch, if one is open, without waiting for it to be
  * durable (replies wait instead: mangoReplyHeld). */
 void mangoCommit(void);

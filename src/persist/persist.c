@@ -7,6 +7,7 @@
 #include <string.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 static persist_observer_fn observer;
@@ -17,11 +18,15 @@ static _Atomic uint64_t sync_count;
  *                                  that error (EIO by default) and writes
  *                                  nothing: the worst case of a failed msync.
  * MANGO_FAULT_SHORT_WRITES=1       sim mode: every pwrite stores at most half
- *                                  of what it was asked (exercises the loop). */
+ *                                  of what it was asked (exercises the loop).
+ * MANGO_SIM_SYNC_DELAY_US=N        sim mode: every sync first sleeps N µs, as a
+ *                                  device flush would (a kill then lands inside
+ *                                  the window between a commit and its sync). */
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static long long fault_sync_at = -1; /* -1: off */
 static int fault_sync_errno = EIO;
 static int fault_short_writes;
+static long sim_sync_delay_us;
 
 static void read_fault_env(void)
 {
@@ -37,6 +42,9 @@ static void read_fault_env(void)
     }
     const char *sw = getenv("MANGO_FAULT_SHORT_WRITES");
     fault_short_writes = sw && *sw && strcmp(sw, "0") != 0;
+    const char *dl = getenv("MANGO_SIM_SYNC_DELAY_US");
+    if (dl && *dl)
+        sim_sync_delay_us = strtol(dl, NULL, 10);
 }
 
 #define LINE 64u
@@ -216,6 +224,10 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
                 rc = -errno;
         }
     } else if (d->mode == PERSIST_SIM) {
+        if (sim_sync_delay_us > 0 && r->n > 0) {
+            struct timespec ts = {sim_sync_delay_us / 1000000, (sim_sync_delay_us % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
         for (unsigned i = 0; i < r->n && rc == 0; i++) {
             size_t len = r->hi[i] - r->lo[i];
             off_t off = (off_t)(r->lo[i] - (uintptr_t)d->base);
