@@ -158,6 +158,10 @@ bool mango_batch_open(void);
  * not mix with mango_client_cmd from other threads (mango_batch_end and
  * mango_client_cmd still work and wait for everything in flight). */
 int mango_batch_submit(uint64_t *ticket);
+/* Does mango_batch_submit leave batches in flight (fs and sim modes, unless
+ * MANGO_PIPELINE=0)? If not, every ticket is durable when handed out and an
+ * application can skip tracking reply dependencies. */
+bool mango_commit_is_pipelined(void);
 uint64_t mango_reply_ticket(void);
 int mango_durable_ticket(uint64_t *durable);
 int mango_wait_durable(uint64_t ticket);

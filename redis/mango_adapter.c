@@ -48,6 +48,7 @@ void createSharedObjects(void);
 extern dictType keylistDictType;
 
 static int mango_on;        /* mango_init succeeded */
+static int pipelined;       /* batches may be in flight: track reply dependencies */
 static int call_depth;       /* nesting of call() */
 static uint64_t cmd_dep;     /* the outermost command's dependencies so far */
 static uint64_t global_ticket;
@@ -123,6 +124,7 @@ void mangoRedisInit(void)
         exit(1);
     }
     mango_on = 1;
+    pipelined = mango_commit_is_pipelined();
     mango_recovered = rc == MANGO_RECOVERED;
     heap_lo = cfg.heap_base ? cfg.heap_base : (uintptr_t)0x600000000000ull;
     const char *pool = cfg.pool_path ? cfg.pool_path : getenv("MANGO_POOL");
@@ -208,7 +210,7 @@ void mangoNoteReply(client *c)
 {
     if (!mango_on) return;
     uint64_t t;
-    if (write_depth > 0 || call_depth == 0)
+    if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
     else
         t = cmd_dep;
@@ -248,7 +250,7 @@ int mangoDictMayRehash(const void *d)
 
 static void durable_argv(client *c)
 {
-    for (int j = 0; j < c->argc; j++) {
+    for (int j = 1; j < c->argc; j++) { /* argv[0], the command name, is never stored */
         robj *o = c->argv[j];
         uintptr_t p = (uintptr_t)o;
         if (p >= heap_lo && p < heap_hi) continue; /* already durable */
@@ -357,10 +359,12 @@ int mangoCallBegin(client *c)
         durable_argv(c);
         uint64_t t = mango_reply_ticket(); /* the open batch's */
         if (t > cmd_dep) cmd_dep = t;
-        mango_batch_pause(); /* the key table is transient */
-        stamp_write_keys(c, t);
-        mango_batch_resume();
-    } else {
+        if (pipelined) {
+            mango_batch_pause(); /* the key table is transient */
+            stamp_write_keys(c, t);
+            mango_batch_resume();
+        }
+    } else if (pipelined) {
         int paused = mango_capture_active; /* a read nested in a write section */
         if (paused) mango_batch_pause();
         uint64_t d = read_dependency(c);

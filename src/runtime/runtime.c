@@ -512,6 +512,8 @@ int mango_batch_submit(uint64_t *ticket)
     return rc;
 }
 
+bool mango_commit_is_pipelined(void) { return rt.up && rt.pipe.deferred_ok; }
+
 uint64_t mango_reply_ticket(void)
 {
     if (!rt.up)
