@@ -8,6 +8,7 @@
 
 #include "alloc/durable_heap.h"
 #include "backend/backend.h"
+#include "recovery/trace.h"
 #include "runtime/error.h"
 
 static double now(void)
@@ -67,6 +68,8 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
                            p->head.generation, UINT64_MAX, validate_visit, p, &res);
     if (rc != MANGO_OK)
         return rc;
+    recovery_tracef("replay: log validated (%llu frames, %llu blocks)", (unsigned long long)res.frames,
+                    (unsigned long long)res.entries);
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {
@@ -80,12 +83,14 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
                                "refusing to recover", (unsigned long long)rp.root.magic,
                                (unsigned long long)rp.root.top);
     }
+    recovery_trace("replay: heap root previewed");
     rep->torn_tail = res.torn_tail;
     rep->torn_lsn = res.torn_lsn;
     rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                        p->head.generation, valid_end, replay_visit, &c, &res);
     if (rc != MANGO_OK)
         return rc;
+    recovery_trace("replay: frames applied to the mirror");
     int s = persist_sync(&p->pd, &c.ranges, "recovery.mirror_sync");
     if (s != 0)
         return mango_error(MANGO_EIO, "sync of the mirror failed during recovery: %s", strerror(-s));
@@ -97,6 +102,7 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
         rc = pool_write_head(p, res.end_lsn, res.next_seq, gen, false);
     if (rc != MANGO_OK)
         return rc;
+    recovery_trace("replay: mirror synced, head written");
     rep->frames_replayed = res.frames;
     rep->blocks_replayed = res.entries;
     rep->replay_seconds = now() - t0;
@@ -167,6 +173,8 @@ int recovery_restore(pool *p, unsigned threads, recovery_report *rep)
             }
             parallel_copy((char *)r->vaddr, mirror, extent, threads);
             rep->heap_bytes_restored += extent;
+            recovery_tracef("restore: heap copied (%llu bytes, %u threads)", (unsigned long long)extent,
+                            threads);
         } else {
             const uint64_t *bits = (const uint64_t *)(p->base + r->bitmap_offset);
             char *dst = (char *)r->vaddr;
@@ -197,6 +205,7 @@ int recovery_restore(pool *p, unsigned threads, recovery_report *rep)
             }
         }
     }
+    recovery_tracef("restore: data regions (%llu bytes)", (unsigned long long)rep->data_bytes_restored);
     rep->restore_seconds = now() - t0;
     return MANGO_OK;
 }

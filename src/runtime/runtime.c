@@ -29,6 +29,7 @@
 #include "pool/pool.h"
 #include "recovery/layout.h"
 #include "recovery/recovery.h"
+#include "recovery/trace.h"
 #include "runtime/error.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -246,9 +247,11 @@ static int open_durable(const mango_config *cfg, int *status)
             return rc;
         created = rc == MANGO_OK;
     }
+    recovery_trace("init: layout read");
     rc = pool_open(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true);
     if (rc)
         return rc;
+    recovery_trace("init: pool opened and validated");
     pool *p = &rt.pool;
     rc = pool_check_fingerprint(p, rt.layout.fingerprint, rt.layout.text);
     if (rc)
@@ -318,6 +321,7 @@ static int open_durable(const mango_config *cfg, int *status)
     rc = backend_start(&rt.backend, p, &rt.log);
     if (rc)
         goto fail_heap;
+    recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
     rt.verify = false;
