@@ -449,7 +449,7 @@ def plot(rows, outdir):
 REC_FIELDS = ["system", "restore", "source", "rep", "keys", "expected_keys", "seconds", "init_s",
               "restore_s", "dbsize_s", "sample_keys", "sample_ok", "sample_cold_s", "scan_cold_s",
               "scan_warm_s", "sample_warm_s", "digest", "rss_anon_mb", "rss_file_mb",
-              "rss_anon_mb_scanned", "rss_file_mb_scanned", "dataset"]
+              "rss_anon_mb_scanned", "rss_file_mb_scanned", "dataset", "phases_ms"]
 
 
 def fnvhash64(v):
@@ -524,20 +524,25 @@ def rss_mb(pid):
 
 
 def trace_times(path, t0):
-    """From MANGO_TRACE_RECOVERY lines: (exec -> mango_init done, restore phase) in s."""
+    """From MANGO_TRACE_RECOVERY lines: (exec -> mango_init done, restore phase) in s,
+    and every phase as 'ms since the previous mark  phase' joined by ' | '."""
     init_s = restore_s = float("nan")
+    phases, prev = [], t0
     try:
         for line in open(path, errors="replace"):
             f = line.split(None, 4)
             if len(f) < 5 or f[0] != "mango-trace":
                 continue
+            ts = float(f[2])
+            phases.append("%.3f %s" % ((ts - prev) * 1e3, f[4].strip()))
+            prev = ts
             if f[4].startswith("init: heap attached"):
-                init_s = float(f[2]) - t0
+                init_s = ts - t0
             if f[4].startswith("restore: heap"):
                 restore_s = float(f[3].lstrip("+")) / 1e3
     except OSError:
         pass
-    return init_s, restore_s
+    return init_s, restore_s, " | ".join(phases)
 
 
 def restart_and_probe(args, srv, extra, logname, sample, expected, row):
@@ -548,7 +553,7 @@ def restart_and_probe(args, srv, extra, logname, sample, expected, row):
     t = srv.start(extra=extra, logname=logname)
     pid = srv.proc.pid
     row["seconds"] = t
-    row["init_s"], row["restore_s"] = trace_times(os.path.join(srv.dir, logname + ".stderr"), srv.t0)
+    row["init_s"], row["restore_s"], row["phases_ms"] = trace_times(os.path.join(srv.dir, logname + ".stderr"), srv.t0)
     row["rss_anon_mb"], row["rss_file_mb"] = rss_mb(pid)
     t0 = time.monotonic()
     row["keys"] = redis_cmd(srv.port, "DBSIZE").lstrip(":")
