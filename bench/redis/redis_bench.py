@@ -23,12 +23,21 @@ A is the same mix as U50, C as U0, B as U5: the update-ratio plot uses them.
 Recovery (--recovery-gb G > 0): loads about G GB of record payload (G*1e6
 records of 10 x 100 bytes), then measures the time from exec to the first
 PING answer of (a) the durable server after SIGKILL (its pool in
-/dev/shm and in --fs-dir), (b) stock Redis loading an AOF (appendonly yes,
-everysec, written by the load; SIGKILL, restart), (c) stock Redis loading an
-RDB (SAVE, SIGKILL, restart with appendonly no). Page cache is warm.
+/dev/shm and in --fs-dir), once per --recovery-methods value (MANGO_RESTORE:
+map = the heap mapped copy-on-write from the pool, copy = copied), (b) stock
+Redis loading an AOF (appendonly yes, everysec, written by the load; SIGKILL,
+restart), (c) stock Redis loading an RDB (SAVE, SIGKILL, restart with
+appendonly no). Page cache is warm. After each PING it measures what a lazy
+restore defers: a pipelined HGETALL of --recovery-sample random records, a full
+scan (DEBUG DIGEST, twice: cold and warm; the digests must all agree), the
+sample again, and the server's anonymous / file-backed RSS.
+--recovery-emulated-from-fs loads only the fs pool and restarts the emulated
+server from a copy of it on /dev/shm (for datasets whose DRAM heap plus tmpfs
+pool would not fit in memory at once).
 
 Outputs in --out: results.csv, results.md, fig5_update_ratio.png,
-fig6_clients_A.png (matplotlib), recovery.csv (with --recovery-gb).
+fig6_clients_A.png (matplotlib), recovery.csv and (with --recovery-only)
+recovery.md (with --recovery-gb).
 
 --quick: the CTest smoke (2 systems, workload A, 4 clients, 2000 records,
 1 s); exits 77 (skip) when stock redis-server is missing.
@@ -167,7 +176,7 @@ class Server:
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                "--daemonize", "no", "--dir", self.dir,
                "--logfile", os.path.join(self.dir, logname)] + (extra if extra is not None else self.extra)
-        t0 = time.monotonic()
+        t0 = self.t0 = time.monotonic()
         errpath = os.path.join(self.dir, logname + ".stderr")
         with open(errpath, "wb") as err:
             self.proc = subprocess.Popen(cmd, env=self.env, stdin=subprocess.DEVNULL,
@@ -336,12 +345,7 @@ def write_md(args, rows, path, meta, recovery_rows):
     out.append("")
     if recovery_rows:
         out.append("## Recovery time\n")
-        out.append("Time from exec to the first PING answer, page cache warm (files just written). "
-                   "Dataset: %s.\n" % recovery_rows[0]["dataset"])
-        out.append("| system | source | keys | restart s |")
-        out.append("|---|---|---|---|")
-        for r in recovery_rows:
-            out.append("| %s | %s | %s | %.3f |" % (r["system"], r["source"], r["keys"], float(r["seconds"])))
+        out.extend(recovery_md(recovery_rows))
         out.append("")
     out.append("## Figures\n")
     out.append("- `fig5_update_ratio.png`: throughput vs update ratio (C = 0 %, B = 5 %, U10, A = 50 %, "
@@ -442,44 +446,229 @@ def plot(rows, outdir):
 
 # ---------------------------------------------------------------- recovery
 
+REC_FIELDS = ["system", "restore", "source", "rep", "keys", "expected_keys", "seconds", "init_s",
+              "restore_s", "dbsize_s", "sample_keys", "sample_ok", "sample_cold_s", "scan_cold_s",
+              "scan_warm_s", "sample_warm_s", "digest", "rss_anon_mb", "rss_file_mb",
+              "rss_anon_mb_scanned", "rss_file_mb_scanned", "dataset", "phases_ms"]
+
+
+def fnvhash64(v):
+    """YCSB Utils.fnvhash64 (as bench/ycsb/ycsb_redis.c): FNV-1a over 8 LE bytes, abs."""
+    h = 0xCBF29CE484222325
+    for _ in range(8):
+        h ^= v & 0xff
+        v >>= 8
+        h = (h * 1099511628211) & 0xFFFFFFFFFFFFFFFF
+    if h >= 1 << 63:
+        h -= 1 << 64
+    return -h if h < 0 and h != -(1 << 63) else h
+
+
+def resp_skip(buf, pos):
+    """Position after one complete RESP reply at pos, or None if buf is short."""
+    eol = buf.find(b"\r\n", pos)
+    if eol < 0:
+        return None, None
+    t, line = buf[pos:pos + 1], buf[pos + 1:eol]
+    pos = eol + 2
+    if t in (b"+", b"-", b":"):
+        return pos, 0
+    n = int(line)
+    if t == b"$":
+        if n < 0:
+            return pos, 0
+        return (pos + n + 2, 0) if len(buf) >= pos + n + 2 else (None, None)
+    if t == b"*":
+        for _ in range(max(n, 0)):
+            pos, _x = resp_skip(buf, pos)
+            if pos is None:
+                return None, None
+        return pos, n
+    raise RuntimeError("bad RESP reply %r" % buf[pos - 10:pos + 10])
+
+
+def hgetall_sample(port, keys, batch=500):
+    """Pipelined HGETALL of keys; returns (seconds, replies with 10 fields)."""
+    ok = 0
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=600) as s:
+        for i in range(0, len(keys), batch):
+            chunk = keys[i:i + batch]
+            s.sendall(b"".join(b"*2\r\n$7\r\nHGETALL\r\n$%d\r\n%s\r\n" % (len(k), k) for k in chunk))
+            buf, pos, got = b"", 0, 0
+            while got < len(chunk):
+                nxt, n = resp_skip(buf, pos)
+                if nxt is None:
+                    d = s.recv(1 << 20)
+                    if not d:
+                        raise RuntimeError("connection closed during HGETALL sample")
+                    buf = buf[pos:] + d
+                    pos = 0
+                    continue
+                ok += n == 20
+                pos, got = nxt, got + 1
+    return time.monotonic() - t0, ok
+
+
+def rss_mb(pid):
+    """(anonymous, file + shmem) resident MiB of a process."""
+    v = {}
+    try:
+        for line in open("/proc/%d/status" % pid):
+            k, _, rest = line.partition(":")
+            if k in ("RssAnon", "RssFile", "RssShmem"):
+                v[k] = int(rest.split()[0]) / 1024.0
+    except OSError:
+        return float("nan"), float("nan")
+    return v.get("RssAnon", float("nan")), v.get("RssFile", 0.0) + v.get("RssShmem", 0.0)
+
+
+def trace_times(path, t0):
+    """From MANGO_TRACE_RECOVERY lines: (exec -> mango_init done, restore phase) in s,
+    and every phase as 'ms since the previous mark  phase' joined by ' | '."""
+    init_s = restore_s = float("nan")
+    phases, prev = [], t0
+    try:
+        for line in open(path, errors="replace"):
+            f = line.split(None, 4)
+            if len(f) < 5 or f[0] != "mango-trace":
+                continue
+            ts = float(f[2])
+            phases.append("%.3f %s" % ((ts - prev) * 1e3, f[4].strip()))
+            prev = ts
+            if f[4].startswith("init: heap attached"):
+                init_s = ts - t0
+            if f[4].startswith("restore: heap"):
+                restore_s = float(f[3].lstrip("+")) / 1e3
+    except OSError:
+        pass
+    return init_s, restore_s, " | ".join(phases)
+
+
+def restart_and_probe(args, srv, extra, logname, sample, expected, row):
+    """Start srv (after a SIGKILL), time exec -> first PING, then probe the
+    deferred cost: DBSIZE, HGETALL of `sample` keys, DEBUG DIGEST (a full scan
+    inside the server) twice, the sample again. Kills the server."""
+    extra = list(extra) + ["--enable-debug-command", "yes"]
+    t = srv.start(extra=extra, logname=logname)
+    pid = srv.proc.pid
+    row["seconds"] = t
+    row["init_s"], row["restore_s"], row["phases_ms"] = trace_times(os.path.join(srv.dir, logname + ".stderr"), srv.t0)
+    row["rss_anon_mb"], row["rss_file_mb"] = rss_mb(pid)
+    t0 = time.monotonic()
+    row["keys"] = redis_cmd(srv.port, "DBSIZE").lstrip(":")
+    row["dbsize_s"] = time.monotonic() - t0
+    row["expected_keys"] = expected
+    row["sample_keys"] = len(sample)
+    row["sample_cold_s"], row["sample_ok"] = hgetall_sample(srv.port, sample)
+    t0 = time.monotonic()
+    row["digest"] = redis_cmd(srv.port, "DEBUG", "DIGEST").lstrip("+")
+    row["scan_cold_s"] = time.monotonic() - t0
+    t0 = time.monotonic()
+    d2 = redis_cmd(srv.port, "DEBUG", "DIGEST").lstrip("+")
+    row["scan_warm_s"] = time.monotonic() - t0
+    if d2 != row["digest"]:
+        raise RuntimeError("%s: DEBUG DIGEST changed between two scans" % row["system"])
+    row["sample_warm_s"], _ = hgetall_sample(srv.port, sample)
+    row["rss_anon_mb_scanned"], row["rss_file_mb_scanned"] = rss_mb(pid)
+    srv.kill()
+    log("  %-17s %-5s rep %d: PING after %.3fs (mango_init done %.3fs, restore %.3fs), %s keys; "
+        "sample %d: %.3fs cold / %.3fs warm; DEBUG DIGEST %.2fs cold / %.2fs warm; RSS anon %.0f MiB, "
+        "file %.0f MiB (after the scan: %.0f / %.0f)" % (
+            row["system"], row["restore"], row["rep"], t, row["init_s"], row["restore_s"], row["keys"],
+            len(sample), row["sample_cold_s"], row["sample_warm_s"], row["scan_cold_s"],
+            row["scan_warm_s"], row["rss_anon_mb"], row["rss_file_mb"], row["rss_anon_mb_scanned"],
+            row["rss_file_mb_scanned"]))
+    return row
+
+
+def mem_available():
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+skipped = []
+
+
 def recovery(args, workdir):
     recs = int(args.recovery_gb * 1e6)
     dataset = "%d records x 10 x 100 B (%.2f GB payload)" % (recs, recs * 1000 / 1e9)
     rows = []
     args.records_for_phase = recs
-    pool_size = "%dg" % max(2, int(args.recovery_gb * 3 + 1.999))
+    pool_size = args.recovery_pool_size or "%dg" % max(2, int(args.recovery_gb * 3 + 1.999))
+    rnd = __import__("random").Random(42)
+    sample = [b"user%d" % fnvhash64(n) for n in rnd.sample(range(recs), min(args.recovery_sample, recs))]
 
     def keys(port):
         return redis_cmd(port, "DBSIZE").lstrip(":")
 
-    for system in args.recovery_systems:
+    def load(srv):
+        t0 = time.monotonic()
+        ld = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=4 * 3600)
+        if int(ld.get("errors", 1)) or ld["exit"]:
+            raise RuntimeError("%s: load had errors: %s" % (srv.system, ld))
+        n = keys(srv.port)
+        log("  loaded in %.1fs (%s ops/s), %s keys" % (time.monotonic() - t0, ld["ops_per_sec"], n))
+        return n
+
+    def durable_restarts(srv, system, n, source):
+        for rep in range(args.recovery_repeat):
+            for method in args.recovery_methods:
+                if method == "copy" and system == "durable-emulated":
+                    # The copy needs the heap twice in DRAM: tmpfs pool + private copy.
+                    heap = os.stat(srv.pool).st_blocks * 512
+                    need = heap * 1.1 + 4 * 2**30  # + room for everything else on the machine
+                    avail = mem_available()
+                    if avail < need:
+                        log("  %s copy rep %d: SKIPPED, MemAvailable %.1f GiB < %.1f GiB needed for a "
+                            "second copy of the heap" % (system, rep, avail / 2**30, need / 2**30))
+                        skipped.append("%s/copy: MemAvailable %.1f GiB < %.1f GiB (the pool's %.1f GiB "
+                                       "once more as a private copy, plus 4 GiB of room)" % (
+                                           system, avail / 2**30, need / 2**30, heap / 2**30))
+                        continue
+                srv.env["MANGO_RESTORE"] = method
+                srv.env["MANGO_TRACE_RECOVERY"] = "1"
+                row = dict(system=system, restore=method, source=source, rep=rep, dataset=dataset)
+                rows.append(restart_and_probe(args, srv, srv.extra, "restart-%s-%d.log" % (method, rep),
+                                              sample, n, row))
+
+    systems = list(args.recovery_systems)
+    via_fs = args.recovery_emulated_from_fs and "durable-emulated" in systems
+    if via_fs:  # the fs pool is loaded first and copied to /dev/shm for the emulated restarts
+        systems = ["durable-fs"] + [s for s in systems if s not in ("durable-fs", "durable-emulated")]
+    for system in systems:
         log("recovery: %s, loading %s" % (system, dataset))
         if system.startswith("durable"):
             srv = Server(args, system, workdir, "recovery", pool_size=pool_size)
             try:
-                t_fresh = srv.start()
-                t0 = time.monotonic()
-                load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=7200)
-                n = keys(srv.port)
-                log("  loaded in %.1fs (%s ops/s), %s keys" % (time.monotonic() - t0, load["ops_per_sec"], n))
+                srv.start()
+                n = load(srv)
                 srv.kill()
-                t = srv.start(logname="restart.log")
-                n2 = keys(srv.port)
                 pool_bytes = os.path.getsize(srv.pool)
-                rows.append(dict(system=system, source="pool (%s, %.1f GiB file)" % (
-                    "/dev/shm" if system == "durable-emulated" else args.fs_dir, pool_bytes / 2**30),
-                    keys=n2, seconds=t, dataset=dataset, expected_keys=n))
-                log("  restart after SIGKILL: %.3fs, %s keys (fresh start %.3fs)" % (t, n2, t_fresh))
+                if "durable-fs" == system and (via_fs is False or "durable-fs" in args.recovery_systems):
+                    durable_restarts(srv, system, n, "pool (%s, %.1f GiB file)" % (args.fs_dir, pool_bytes / 2**30))
+                if via_fs:
+                    em = Server(args, "durable-emulated", workdir, "recovery", pool_size=pool_size)
+                    try:
+                        t0 = time.monotonic()
+                        subprocess.run(["cp", "--sparse=always", srv.pool, em.pool], check=True)
+                        log("  copied the fs pool to %s in %.1fs (emulated restarts from it)" % (
+                            em.pool, time.monotonic() - t0))
+                        durable_restarts(em, "durable-emulated", n,
+                                         "pool (/dev/shm, %.1f GiB file; loaded in fs mode, copied)" % (pool_bytes / 2**30))
+                    finally:
+                        em.close()
+                elif system == "durable-emulated":
+                    durable_restarts(srv, system, n, "pool (/dev/shm, %.1f GiB file)" % (pool_bytes / 2**30))
             finally:
                 srv.close()
         else:  # stock: AOF and RDB from one load
             srv = Server(args, "stock-aof-everysec", workdir, "recovery")
             try:
                 srv.start()
-                t0 = time.monotonic()
-                load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=7200)
-                n = keys(srv.port)
-                log("  loaded in %.1fs (%s ops/s), %s keys" % (time.monotonic() - t0, load["ops_per_sec"], n))
+                n = load(srv)
                 time.sleep(1.5)  # everysec: let the last second reach the file
                 r = redis_cmd(srv.port, "SAVE")
                 if r != "+OK":
@@ -488,18 +677,58 @@ def recovery(args, workdir):
                 aof = sum(os.path.getsize(os.path.join(dp, f)) for dp, _, fs in
                           os.walk(os.path.join(srv.dir, "appendonlydir")) for f in fs)
                 rdb = os.path.getsize(os.path.join(srv.dir, "dump.rdb"))
-                t = srv.start(extra=["--appendonly", "yes", "--appendfsync", "everysec"], logname="aof.log")
-                rows.append(dict(system="stock", source="AOF (%.2f GiB, no RDB preamble)" % (aof / 2**30),
-                                 keys=keys(srv.port), seconds=t, dataset=dataset, expected_keys=n))
-                log("  AOF restart: %.3fs" % t)
-                srv.kill()
-                t = srv.start(extra=["--appendonly", "no"], logname="rdb.log")
-                rows.append(dict(system="stock", source="RDB (%.2f GiB)" % (rdb / 2**30),
-                                 keys=keys(srv.port), seconds=t, dataset=dataset, expected_keys=n))
-                log("  RDB restart: %.3fs" % t)
+                for rep in range(args.recovery_repeat):
+                    row = dict(system="stock", restore="aof", source="AOF (%.2f GiB, no RDB preamble)" % (aof / 2**30),
+                               rep=rep, dataset=dataset)
+                    rows.append(restart_and_probe(args, srv, ["--appendonly", "yes", "--appendfsync", "everysec"],
+                                                  "aof-%d.log" % rep, sample, n, row))
+                    row = dict(system="stock", restore="rdb", source="RDB (%.2f GiB)" % (rdb / 2**30),
+                               rep=rep, dataset=dataset)
+                    rows.append(restart_and_probe(args, srv, ["--appendonly", "no"], "rdb-%d.log" % rep,
+                                                  sample, n, row))
             finally:
                 srv.close()
     return rows
+
+
+def recovery_md(rows):
+    """The recovery table (medians over repetitions) for results.md / recovery.md."""
+    out = ["Time from exec to the first PING answer (page cache warm: files just written), then the "
+           "cost deferred past it: DBSIZE, a pipelined HGETALL of %s random records before and after "
+           "a full scan, and the full scan itself (`DEBUG DIGEST`: every key and value) run twice. "
+           "Medians over %s repetition(s). Dataset: %s.\n" % (
+               rows[0].get("sample_keys", "?"), len({r["rep"] for r in rows}), rows[0]["dataset"])]
+    out.append("| system | restore | source | keys | exec → PING s | mango_init done s | heap restore s "
+               "| sample cold s | first full scan s | second full scan s | sample warm s | RSS anon / file MiB at PING "
+               "| after the scan |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    groups = []
+    for r in rows:
+        k = (r["system"], r["restore"])
+        if k not in groups:
+            groups.append(k)
+
+    def m(rs, key, fmt="%.3f"):
+        v = [float(r[key]) for r in rs if r.get(key) not in (None, "")]
+        v = [x for x in v if x == x]
+        return fmt % statistics.median(v) if v else "–"
+    for k in groups:
+        rs = [r for r in rows if (r["system"], r["restore"]) == k]
+        out.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %s / %s |" % (
+            k[0], k[1], rs[0]["source"], rs[0]["keys"], m(rs, "seconds"), m(rs, "init_s"),
+            m(rs, "restore_s"), m(rs, "sample_cold_s"), m(rs, "scan_cold_s", "%.2f"),
+            m(rs, "scan_warm_s", "%.2f"), m(rs, "sample_warm_s"), m(rs, "rss_anon_mb", "%.0f"),
+            m(rs, "rss_file_mb", "%.0f"), m(rs, "rss_anon_mb_scanned", "%.0f"),
+            m(rs, "rss_file_mb_scanned", "%.0f")))
+    for sk in skipped:
+        out.append("")
+        out.append("Skipped: %s." % sk)
+    digests = {r["digest"] for r in rows if r.get("digest")}
+    out.append("")
+    out.append("DEBUG DIGEST: %s." % ("identical in every restart (%s)" % next(iter(digests))
+                                      if len(digests) == 1 else "**differs between restarts: %s**" %
+                                      ", ".join(sorted(digests))))
+    return out
 
 
 # ---------------------------------------------------------------- main
@@ -529,6 +758,18 @@ def main():
     p.add_argument("--recovery-only", action="store_true", help="skip the YCSB grid")
     p.add_argument("--recovery-systems", type=csv_list,
                    default=["durable-emulated", "durable-fs", "stock"])
+    p.add_argument("--recovery-methods", type=csv_list, default=["map", "copy"],
+                   help="durable restarts: MANGO_RESTORE values to measure, each on the same pool "
+                        "(map = copy-on-write mapping of the pool, copy = the heap copied; default both)")
+    p.add_argument("--recovery-repeat", type=int, default=1, help="restarts per system and method")
+    p.add_argument("--recovery-sample", type=int, default=10000,
+                   help="records read with HGETALL right after the restart (cold) and after the scan")
+    p.add_argument("--recovery-pool-size", default=None,
+                   help="MANGO_POOL_SIZE of the recovery pools (default 3 x GB + 2, at least 2g)")
+    p.add_argument("--recovery-emulated-from-fs", action="store_true",
+                   help="load once, into the durable-fs pool, and restart durable-emulated from a copy of "
+                        "that pool on /dev/shm (halves the memory: a 4 GB load in emulated mode needs the "
+                        "DRAM heap and the tmpfs pool at once)")
     p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"))
     p.add_argument("--replot", action="store_true", help="only redo results.md and PNGs from results.csv")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
@@ -624,13 +865,20 @@ def main():
         if args.recovery_gb > 0:
             rec_rows = recovery(args, workdir)
             with open(rec_path, "w", newline="") as f:
-                w = csv.DictWriter(f, fieldnames=["system", "source", "keys", "expected_keys", "seconds", "dataset"])
+                w = csv.DictWriter(f, fieldnames=REC_FIELDS, extrasaction="ignore")
                 w.writeheader()
                 w.writerows(rec_rows)
             for r in rec_rows:
                 if str(r["keys"]) != str(r["expected_keys"]):
                     log("recovery: %s/%s has %s keys, expected %s" % (r["system"], r["source"], r["keys"], r["expected_keys"]))
                     failed += 1
+                if r["sample_ok"] != r["sample_keys"]:
+                    log("recovery: %s/%s: %s of %s sampled records had 10 fields" % (
+                        r["system"], r["restore"], r["sample_ok"], r["sample_keys"]))
+                    failed += 1
+            if len({r["digest"] for r in rec_rows}) > 1:
+                log("recovery: DEBUG DIGEST differs between restarts")
+                failed += 1
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -645,8 +893,12 @@ def main():
         plot(rows, args.out)
         print(open(os.path.join(args.out, "results.md")).read())
     elif rec_rows:
-        for r in rec_rows:
-            print(r)
+        text = "# Durable Redis recovery vs stock Redis — %s\n\nGenerated by `bench/redis/redis_bench.py`; " \
+               "command: `%s`. Machine: %s, %d cores.\n\n" % (meta["date"], meta["cmd"], meta["cpu"], os.cpu_count())
+        text += "\n".join(recovery_md(rec_rows)) + "\n"
+        with open(os.path.join(args.out, "recovery.md"), "w") as f:
+            f.write(text)
+        print(text)
     log("done in %.0fs, %d failed" % (time.monotonic() - t_start, failed))
     return 1 if failed else 0
 

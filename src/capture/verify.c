@@ -98,7 +98,7 @@ static const char *const runtime_files[] = {
     "dedup_set.c",      "durable_heap.c", "error.c",           "flat_combining.c",
     "layout.c",         "libc_interpose.c", "persist.c",       "pool.c",
     "recovery.c",       "redo_log.c",     "runtime.c",         "split_alloc.c",
-    "verify.c",         "libstdcxx_interpose.cpp", "string_instantiation.cpp",
+    "trace.c",          "verify.c",       "libstdcxx_interpose.cpp", "string_instantiation.cpp",
 };
 
 bool capture_verify_is_runtime_file(const char *name)

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "mango.h"
+#include "recovery/trace.h"
 #include "runtime/error.h"
 
 __attribute__((constructor(101))) static void reexec_without_aslr(int argc, char **argv, char **envp)
@@ -19,13 +20,16 @@ __attribute__((constructor(101))) static void reexec_without_aslr(int argc, char
     (void)argc;
     (void)envp;
     int pers = personality(0xffffffff);
-    if (pers == -1 || (pers & ADDR_NO_RANDOMIZE))
+    if (pers == -1 || (pers & ADDR_NO_RANDOMIZE)) {
+        recovery_trace("constructor (ASLR off)");
         return;
+    }
     const char *skip = getenv("MANGO_NO_REEXEC");
     if (skip && *skip && strcmp(skip, "0") != 0)
         return;
     if (personality((unsigned long)pers | ADDR_NO_RANDOMIZE) == -1)
         return;
+    recovery_trace("constructor: re-exec without ASLR");
     execv("/proc/self/exe", argv);
     /* exec failed: carry on with ASLR; recovery will refuse a layout change. */
     personality((unsigned long)pers);

@@ -2,13 +2,21 @@
 #define _GNU_SOURCE
 #include "recovery/recovery.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "alloc/durable_heap.h"
 #include "backend/backend.h"
+#include "recovery/trace.h"
 #include "runtime/error.h"
+
+#define PAGE_BYTES 4096u
 
 static double now(void)
 {
@@ -67,6 +75,8 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
                            p->head.generation, UINT64_MAX, validate_visit, p, &res);
     if (rc != MANGO_OK)
         return rc;
+    recovery_tracef("replay: log validated (%llu frames, %llu blocks)", (unsigned long long)res.frames,
+                    (unsigned long long)res.entries);
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {
@@ -80,12 +90,14 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
                                "refusing to recover", (unsigned long long)rp.root.magic,
                                (unsigned long long)rp.root.top);
     }
+    recovery_trace("replay: heap root previewed");
     rep->torn_tail = res.torn_tail;
     rep->torn_lsn = res.torn_lsn;
     rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                        p->head.generation, valid_end, replay_visit, &c, &res);
     if (rc != MANGO_OK)
         return rc;
+    recovery_trace("replay: frames applied to the mirror");
     int s = persist_sync(&p->pd, &c.ranges, "recovery.mirror_sync");
     if (s != 0)
         return mango_error(MANGO_EIO, "sync of the mirror failed during recovery: %s", strerror(-s));
@@ -97,6 +109,7 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
         rc = pool_write_head(p, res.end_lsn, res.next_seq, gen, false);
     if (rc != MANGO_OK)
         return rc;
+    recovery_trace("replay: mirror synced, head written");
     rep->frames_replayed = res.frames;
     rep->blocks_replayed = res.entries;
     rep->replay_seconds = now() - t0;
@@ -150,6 +163,119 @@ static void parallel_copy(char *dst, const char *src, size_t len, unsigned threa
             pthread_join(tid[i], NULL);
 }
 
+/* ---- mapping the heap mirror copy-on-write (see recovery.h) ---------------
+ *
+ * The pool file's heap mirror is mapped MAP_PRIVATE at the heap's address
+ * instead of being copied. A page of such a mapping shows the file's page
+ * until the process first writes it; the write makes a private copy. So a
+ * page this process never wrote would show every later change to the file.
+ * That is safe because of one invariant: after recovery, the only writer of
+ * the heap mirror is the backend of this process (the pool is flock'ed, and
+ * the mapping keeps the lock's file description alive while it exists), and
+ * the backend writes a heap block only as the redo of a store this process
+ * made to that block in a batch -- and that store already made the page
+ * private. An entry whose block was captured but not stored (a capture of a
+ * range that was only read) carries the bytes the process read, i.e. the
+ * file's own bytes: writing them back changes nothing.
+ *
+ * fork() breaks the invariant: the child shares the file pages the parent has
+ * not written yet, and the parent's backend keeps changing them. A
+ * pthread_atfork prepare handler therefore makes every page private first
+ * (MADV_POPULATE_WRITE); it is done once, by the first fork. */
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+static struct {
+    pthread_mutex_t mu;
+    uintptr_t lo;  /* the file-backed part of the heap: [lo, lo + len) */
+    size_t len;    /* 0: nothing mapped from the pool (or already private) */
+    bool handler;  /* the atfork handler is registered */
+} cow = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static int privatize(uintptr_t lo, size_t len)
+{
+    while (len) {
+        if (madvise((void *)lo, len, MADV_POPULATE_WRITE) == 0)
+            return 0;
+        if (errno != EINTR)
+            return -errno;
+    }
+    return 0;
+}
+
+static void before_fork(void)
+{
+    pthread_mutex_lock(&cow.mu);
+    if (cow.len) {
+        double t0 = now();
+        int rc = privatize(cow.lo, cow.len);
+        if (rc != 0) {
+            char msg[256];
+            int n = snprintf(msg, sizeof msg,
+                             "mangosteen: fork: cannot make the restored heap private (%s); the child "
+                             "may see later changes of the pool file in pages the parent has not "
+                             "written\n", strerror(-rc));
+            if (n > 0)
+                (void)!write(2, msg, (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1);
+        } else {
+            recovery_tracef("fork: restored heap made private (%zu bytes, %.3f s)", cow.len, now() - t0);
+            cow.len = 0;
+        }
+    }
+    pthread_mutex_unlock(&cow.mu);
+}
+
+void recovery_heap_unmapped(void)
+{
+    pthread_mutex_lock(&cow.mu);
+    cow.len = 0;
+    pthread_mutex_unlock(&cow.mu);
+}
+
+/* Can this kernel make a private file mapping's pages private on demand? */
+static bool populate_write_supported(void)
+{
+    /* The advice is checked before the (empty) range. */
+    return madvise((void *)(uintptr_t)4096, 0, MADV_POPULATE_WRITE) == 0;
+}
+
+static const char *restore_method(const pool *p, const pool_region *r)
+{
+    const char *env = getenv("MANGO_RESTORE");
+    if (env && strcmp(env, "copy") == 0)
+        return "copy";
+    /* pmem: untouched pages would be read from the device at its speed;
+     * keep the heap in DRAM as the design says (not measured: no DAX here). */
+    if (p->pd.mode == PERSIST_PMEM)
+        return "copy";
+    if (r->mirror_offset % PAGE_BYTES || r->vaddr % PAGE_BYTES || p->fd < 0)
+        return "copy";
+    if (!populate_write_supported())
+        return "copy";
+    return "map";
+}
+
+/* Map [0, full) of the heap mirror privately at the heap's address. Returns 0,
+ * or an errno when the mapping failed and the range is anonymous memory again
+ * (the reservation), or -1 when not even the reservation could be restored. */
+static int map_heap(pool *p, const pool_region *r, size_t full)
+{
+    void *want = (void *)(uintptr_t)r->vaddr;
+    void *m = mmap(want, full, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, p->fd,
+                   (off_t)r->mirror_offset);
+    if (m == want)
+        return 0;
+    int e = errno;
+    /* A failed MAP_FIXED may have removed the reservation: put it back. */
+    void *a = mmap(want, full, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+    if (a != want)
+        return -1;
+    return e ? e : EINVAL;
+}
+
 int recovery_restore(pool *p, unsigned threads, recovery_report *rep)
 {
     double t0 = now();
@@ -165,8 +291,40 @@ int recovery_restore(pool *p, unsigned threads, recovery_report *rep)
                     return mango_error(MANGO_EBADPOOL, "durable heap root in the pool is invalid");
                 continue;
             }
-            parallel_copy((char *)r->vaddr, mirror, extent, threads);
-            rep->heap_bytes_restored += extent;
+            size_t full = (size_t)extent & ~(size_t)(PAGE_BYTES - 1);
+            const char *how = full ? restore_method(p, r) : "copy";
+            int mrc = 0;
+            if (strcmp(how, "map") == 0 && (mrc = map_heap(p, r, full)) == 0) {
+                /* The partial last page is copied: bytes past top stay zero, as
+                 * with a copy. */
+                memcpy((char *)r->vaddr + full, mirror + full, extent - full);
+                pthread_mutex_lock(&cow.mu);
+                if (!cow.handler && pthread_atfork(before_fork, NULL, NULL) == 0)
+                    cow.handler = true;
+                cow.lo = r->vaddr;
+                cow.len = cow.handler ? full : 0;
+                pthread_mutex_unlock(&cow.mu);
+                if (!cow.handler) {
+                    /* Without the fork handler, do not leave shared pages behind. */
+                    int prc = privatize(r->vaddr, full);
+                    if (prc != 0)
+                        return mango_error(MANGO_ENOMEM, "cannot make the restored heap private: %s",
+                                           strerror(-prc));
+                }
+                rep->heap_bytes_mapped += full;
+                rep->heap_bytes_restored += extent - full;
+                recovery_tracef("restore: heap mapped copy-on-write (%zu bytes; %llu copied)", full,
+                                (unsigned long long)(extent - full));
+            } else {
+                if (mrc < 0)
+                    return mango_error(MANGO_ENOMEM, "cannot map the durable heap from the pool, "
+                                       "and its address range was lost");
+                parallel_copy((char *)r->vaddr, mirror, extent, threads);
+                rep->heap_bytes_restored += extent;
+                recovery_tracef("restore: heap copied (%llu bytes, %u threads%s%s)",
+                                (unsigned long long)extent, threads,
+                                mrc ? ", mapping failed: " : "", mrc ? strerror(mrc) : "");
+            }
         } else {
             const uint64_t *bits = (const uint64_t *)(p->base + r->bitmap_offset);
             char *dst = (char *)r->vaddr;
@@ -197,6 +355,7 @@ int recovery_restore(pool *p, unsigned threads, recovery_report *rep)
             }
         }
     }
+    recovery_tracef("restore: data regions (%llu bytes)", (unsigned long long)rep->data_bytes_restored);
     rep->restore_seconds = now() - t0;
     return MANGO_OK;
 }

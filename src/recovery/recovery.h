@@ -1,5 +1,5 @@
 /* recovery.h -- bringing a pool back: replay the log into the mirror, then
- * copy the mirror into the process at the same addresses.
+ * put the mirror into the process at the same addresses.
  *
  * Replay is idempotent (redo), so a crash during recovery is recovered by
  * recovering again. The head is advanced (and the generation bumped) only
@@ -16,7 +16,8 @@
 typedef struct recovery_report {
     uint64_t frames_replayed;
     uint64_t blocks_replayed;
-    uint64_t heap_bytes_restored;
+    uint64_t heap_bytes_restored; /* heap bytes copied */
+    uint64_t heap_bytes_mapped;   /* heap bytes mapped copy-on-write from the pool file */
     uint64_t data_bytes_restored;
     int torn_tail;          /* an incomplete, unacknowledged last batch was discarded */
     uint64_t torn_lsn;
@@ -29,8 +30,25 @@ typedef struct recovery_report {
 int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t *next_seq,
                     uint64_t *generation);
 
-/* Copy the heap mirror (up to the allocator's top) and the written .data/.bss
- * bytes into memory at their original addresses, using `threads` copiers. */
+/* Restore the heap mirror (up to the allocator's top) and the written
+ * .data/.bss bytes at their original addresses.
+ *
+ * The heap's whole pages are mapped from the pool file MAP_PRIVATE (copy on
+ * write) over the reservation at the heap's address: O(1), pages fault in
+ * when first touched, and a page is copied only when first written. Why that
+ * is safe while the backend keeps writing the mirror, and what fork() needs,
+ * is explained in recovery.c. The mapping holds a reference to the pool's
+ * locked file description, so the pool stays locked while it exists (also
+ * after pool_close); the caller must unmap it (and call
+ * recovery_heap_unmapped) before opening the pool again.
+ *
+ * The heap is copied instead (with `threads` copiers) when MANGO_RESTORE=copy
+ * is set, in pmem mode, or when the kernel lacks MADV_POPULATE_WRITE (5.14+).
+ * .data/.bss are always copied, byte by byte where the bitmap says so. */
 int recovery_restore(pool *p, unsigned threads, recovery_report *rep);
+
+/* The heap reservation that recovery_restore mapped was unmapped or replaced:
+ * forget it (the fork handler would otherwise touch the range). */
+void recovery_heap_unmapped(void);
 
 #endif

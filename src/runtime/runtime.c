@@ -34,6 +34,7 @@
 #include "pool/pool.h"
 #include "recovery/layout.h"
 #include "recovery/recovery.h"
+#include "recovery/trace.h"
 #include "runtime/error.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -297,9 +298,19 @@ static int open_durable(const mango_config *cfg, int *status)
             return rc;
         created = rc == MANGO_OK;
     }
+    recovery_trace("init: layout read");
+    if (kept_heap) {
+        /* Before pool_open: a heap restored by mapping the pool keeps the
+         * pool's lock (recovery.h). */
+        dheap_detach();
+        munmap(kept_heap, kept_heap_size);
+        recovery_heap_unmapped();
+        kept_heap = NULL;
+    }
     rc = pool_open(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true);
     if (rc)
         return rc;
+    recovery_trace("init: pool opened and validated");
     pool *p = &rt.pool;
     rc = pool_check_fingerprint(p, rt.layout.fingerprint, rt.layout.text);
     if (rc)
@@ -310,11 +321,6 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_pool;
     }
     rt.heap_size = p->hdr->heap_capacity;
-    if (kept_heap) {
-        dheap_detach();
-        munmap(kept_heap, kept_heap_size);
-        kept_heap = NULL;
-    }
     rt.heap = mmap((void *)(uintptr_t)cfg->heap_base, rt.heap_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (rt.heap == MAP_FAILED || rt.heap != (void *)(uintptr_t)cfg->heap_base) {
@@ -376,11 +382,13 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_heap;
     }
     rt.pipe_started = true;
+    recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
     rt.verify = false;
     capture_verify_shutdown();
     munmap(rt.heap, rt.heap_size);
+    recovery_heap_unmapped();
     rt.heap = NULL;
 fail_pool:
     pool_close(p);
