@@ -129,6 +129,7 @@ static void *backend_main(void *arg)
         if (committed != b->applied_lsn) {
             int rc = backend_round(b, committed);
             if (rc != MANGO_OK) {
+                mango_error_publish_fatal(); /* why, for the frontend's threads */
                 atomic_store(&b->error, rc);
                 b->pool->pd.failed = true;
                 redo_log_release(l, atomic_load(&l->reusable_lsn)); /* wake waiters to fail */

@@ -47,6 +47,7 @@ static void *sync_main(void *arg)
 
         pthread_mutex_lock(&cp->mu);
         if (rc != MANGO_OK) {
+            mango_error_publish_fatal(); /* why, for the waiting threads */
             __atomic_store_n(&cp->error, rc, __ATOMIC_RELEASE);
             pthread_cond_broadcast(&cp->done_cv);
             pthread_mutex_unlock(&cp->mu);

@@ -1,10 +1,41 @@
-/* error.c -- the thread-local last-error message and code names. */
+/* error.c -- the thread-local last-error message, the process-wide message
+ * of the error that stopped the runtime, and code names. */
 #include "runtime/error.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 static __thread char last_error[1024];
+/* The first fatal error's message: set by the thread that hit it (a
+ * combiner, the backend, the sync thread), adopted by the threads whose
+ * commands fail because of it, so each of them can say why. */
+static char fatal_error[1024];
+static pthread_mutex_t fatal_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void mango_error_publish_fatal(void)
+{
+    pthread_mutex_lock(&fatal_mu);
+    if (!fatal_error[0] && last_error[0])
+        snprintf(fatal_error, sizeof fatal_error, "%s", last_error);
+    pthread_mutex_unlock(&fatal_mu);
+}
+
+void mango_error_adopt_fatal(void)
+{
+    pthread_mutex_lock(&fatal_mu);
+    if (fatal_error[0])
+        snprintf(last_error, sizeof last_error, "%s", fatal_error);
+    pthread_mutex_unlock(&fatal_mu);
+}
+
+void mango_error_reset_fatal(void)
+{
+    pthread_mutex_lock(&fatal_mu);
+    fatal_error[0] = 0;
+    pthread_mutex_unlock(&fatal_mu);
+}
 
 int mango_error(int code, const char *fmt, ...)
 {

@@ -6,4 +6,11 @@
 #include "mango.h"
 /* Record the message and return code (so: `return mango_error(MANGO_EINVAL, ...)`). */
 int mango_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The runtime stopped on this thread's last error: keep its message for
+ * the other threads (first one wins until reset). */
+void mango_error_publish_fatal(void);
+/* This thread's command failed because the runtime stopped: make the
+ * stopping error's message this thread's last error. */
+void mango_error_adopt_fatal(void);
+void mango_error_reset_fatal(void); /* mango_init */
 #endif

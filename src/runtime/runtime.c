@@ -144,6 +144,7 @@ static void put_block(void *arg, uintptr_t block, uint32_t mask)
 
 static int fail(int rc)
 {
+    mango_error_publish_fatal(); /* the message of the error that stops us */
     atomic_store(&rt.failed, rc);
     return rc;
 }
@@ -206,7 +207,9 @@ static int batch_end(void *arg)
     rt.overflow_blocks += rt.set->ovf_count + rt.set->spill.count;
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
         dedup_clear(rt.set);
-        return fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
+        int rc = fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
+        mango_error_adopt_fatal(); /* the backend's own message, if it stopped first */
+        return rc;
     }
     log_frame_writer w;
     int rc = redo_log_reserve(&rt.log, (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n), &w);
@@ -419,6 +422,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
     split_alloc_link_anchor();
     libc_interpose_link_anchor();
     memset(&rt, 0, sizeof rt);
+    mango_error_reset_fatal();
     rt.cb = *cb;
     rt.cfg = cfg;
     rt.durable = cfg.mode != MANGO_PERSIST_NONE;
@@ -477,7 +481,10 @@ int mango_client_cmd(void *ctx)
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
-    return fc_execute(rt.fc, ctx);
+    int rc = fc_execute(rt.fc, ctx);
+    if (rc < 0 && atomic_load(&rt.failed))
+        mango_error_adopt_fatal(); /* the combiner that failed was another thread */
+    return rc;
 }
 
 static __thread bool batch_open_here;
@@ -537,9 +544,12 @@ int mango_durable_ticket(uint64_t *durable)
     uint64_t d = pipeline_durable(&rt.pipe, &err);
     if (durable)
         *durable = d;
-    if (err)
-        return mango_error(MANGO_EIO, "a pipelined log sync failed; batches after ticket %llu are "
-                           "not durable", (unsigned long long)d);
+    if (err) {
+        mango_error(MANGO_EIO, "a pipelined log sync failed; batches after ticket %llu are not "
+                    "durable", (unsigned long long)d);
+        mango_error_adopt_fatal(); /* the sync thread's message says why */
+        return MANGO_EIO;
+    }
     return MANGO_OK;
 }
 
@@ -548,9 +558,12 @@ int mango_wait_durable(uint64_t ticket)
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
     int rc = pipeline_wait(&rt.pipe, ticket);
-    if (rc != MANGO_OK)
-        return mango_error(MANGO_EIO, "a pipelined log sync failed; ticket %llu is not durable",
-                           (unsigned long long)ticket);
+    if (rc != MANGO_OK) {
+        mango_error(MANGO_EIO, "a pipelined log sync failed; ticket %llu is not durable",
+                    (unsigned long long)ticket);
+        mango_error_adopt_fatal(); /* the sync thread's message says why */
+        return MANGO_EIO;
+    }
     return MANGO_OK;
 }
 
