@@ -434,6 +434,12 @@ static int expect_value(ctx_t *x, uint64_t *v) {
 static unsigned pick100(ctx_t *x) { return (unsigned)(rng_next(&x->rng) % 100); }
 
 /* String register k<n>: SET 45 %, GET 45 %, DEL 5 %, UNLINK 5 %. */
+/* Send the command in x->b and read one reply of the expected type. */
+static int roundtrip(ctx_t *x, int type, const char *status) {
+    int rc = send_buf(x);
+    return rc == OP_OK ? expect(x, type, status) : rc;
+}
+
 static int op_string(ctx_t *x) {
     char k[32], v[256];
     int n = (int)(rng_next(&x->rng) % (uint64_t)opt_keys);
@@ -445,9 +451,7 @@ static int op_string(ctx_t *x) {
         x->what = "SET";
         uint64_t my = hist_inv(x, (uint64_t)n, 1, vid);
         CMD(&x->b, "SET", k, v);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_STATUS, "OK");
+        int rc = roundtrip(x, REP_STATUS, "OK");
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -467,9 +471,7 @@ static int op_string(ctx_t *x) {
         x->what = p < 95 ? "DEL" : "UNLINK";
         uint64_t my = hist_inv(x, (uint64_t)n, 1, 0);
         CMD(&x->b, x->what, k);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_INT, NULL);
+        int rc = roundtrip(x, REP_INT, NULL);
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -494,9 +496,7 @@ static int op_hash(ctx_t *x) {
         x->what = "HSET";
         uint64_t my = hist_inv(x, hkey, 1, vid);
         CMD(&x->b, "HSET", k, f, v);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_INT, NULL);
+        int rc = roundtrip(x, REP_INT, NULL);
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -516,9 +516,7 @@ static int op_hash(ctx_t *x) {
         x->what = "HDEL";
         uint64_t my = hist_inv(x, hkey, 1, 0);
         CMD(&x->b, "HDEL", k, f);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_INT, NULL);
+        int rc = roundtrip(x, REP_INT, NULL);
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -534,9 +532,7 @@ static int op_incr(ctx_t *x) {
     x->what = "INCR";
     fprintf(x->ack, "N INCR %s\n", k);
     CMD(&x->b, "INCR", k);
-    int rc = send_buf(x);
-    if (rc == OP_OK)
-        rc = expect(x, REP_INT, NULL);
+    int rc = roundtrip(x, REP_INT, NULL);
     if (rc != OP_OK)
         return rc;
     fprintf(x->ack, "A INCR %s %lld\n", k, x->r->integer);
@@ -641,9 +637,7 @@ static int op_ttl(ctx_t *x) {
             CMD(&x->b, "SET", k, v, "PX", px);
         else
             CMD(&x->b, "SET", k, v);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_STATUS, "OK");
+        int rc = roundtrip(x, REP_STATUS, "OK");
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -663,9 +657,7 @@ static int op_ttl(ctx_t *x) {
         x->what = "DEL (TTL register)";
         uint64_t my = hist_inv(x, hkey, 1, 0);
         CMD(&x->b, "DEL", k);
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_INT, NULL);
+        int rc = roundtrip(x, REP_INT, NULL);
         if (rc != OP_OK)
             return rc;
         log_result(x->h, my, 0, now_ns());
@@ -734,9 +726,7 @@ static int op_list(ctx_t *x) {
     x->what = "RPUSH";
     fprintf(x->ack, "P %s %" PRIu64 " %" PRIu64 "\n", k, vid, now_ns());
     CMD(&x->b, "RPUSH", k, v);
-    int rc = send_buf(x);
-    if (rc == OP_OK)
-        rc = expect(x, REP_INT, NULL);
+    int rc = roundtrip(x, REP_INT, NULL);
     if (rc != OP_OK)
         return rc;
     fprintf(x->ack, "A RPUSH %s %" PRIu64 " %lld %" PRIu64 "\n", k, vid, x->r->integer, now_ns());
