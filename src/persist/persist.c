@@ -1,12 +1,16 @@
 /* persist.c -- flush, fence and sync for each persistence mode (see persist.h). */
+#define _GNU_SOURCE /* O_DIRECT, statx */
 #include "persist/persist.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -196,6 +200,135 @@ void persist_fence(persist_domain *d, const char *where)
         atomic_thread_fence(memory_order_seq_cst);
 }
 
+/* fs mode, write-through window: write the pages holding [lo, hi) from the
+ * private mapping to the same offsets of the file; O_DSYNC makes each pwrite
+ * return only once its data is durable. */
+static int write_through(persist_domain *d, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a = lo & ~(uintptr_t)(d->wt_align - 1);
+    uintptr_t b = (hi + d->wt_align - 1) & ~(uintptr_t)(d->wt_align - 1);
+    if (a < d->wt_lo) a = d->wt_lo;
+    if (b > d->wt_hi) b = d->wt_hi;
+    off_t off = (off_t)(a - (uintptr_t)d->base);
+    const char *src = (const char *)a;
+    size_t len = b - a;
+    while (len > 0) {
+        ssize_t w = pwrite(d->wt_fd, src, len, off);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (w == 0)
+            return -EIO;
+        /* A short direct write ends on an aligned boundary (it is made of
+         * whole blocks), so the rest stays aligned. */
+        src += w;
+        off += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* fs mode: sync r, sending what lies in the write-through window to
+ * write_through() and the rest to msync / fdatasync. */
+static int sync_fs(persist_domain *d, const persist_ranges *r)
+{
+    persist_ranges rest = {0};
+    int rc = 0;
+    for (unsigned i = 0; i < r->n; i++) {
+        uintptr_t lo = r->lo[i], hi = r->hi[i];
+        if (d->wt_hi && lo < d->wt_hi && hi > d->wt_lo) {
+            if (lo < d->wt_lo)
+                ranges_add(&rest, lo, d->wt_lo);
+            if (hi > d->wt_hi)
+                ranges_add(&rest, d->wt_hi, hi);
+            if (rc == 0)
+                rc = write_through(d, lo < d->wt_lo ? d->wt_lo : lo, hi > d->wt_hi ? d->wt_hi : hi);
+        } else {
+            ranges_add(&rest, lo, hi);
+        }
+    }
+    /* Each msync is a write-back of its range plus a device cache flush.
+     * One range: msync it. Several (the backend's scattered mirror pages):
+     * one fdatasync writes back every dirty page of the file and flushes
+     * once, instead of once per range. */
+    if (rc == 0 && rest.n == 1) {
+        if (msync((void *)rest.lo[0], rest.hi[0] - rest.lo[0], MS_SYNC) != 0)
+            rc = -errno;
+    } else if (rc == 0 && rest.n > 1) {
+        if (fdatasync(d->fd) != 0)
+            rc = -errno;
+    }
+    return rc;
+}
+
+int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_kind kind,
+                          persist_wt_kind *used)
+{
+    if (used)
+        *used = PERSIST_WT_NONE;
+    if (d->mode != PERSIST_FS || kind == PERSIST_WT_NONE || len == 0)
+        return 0;
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)addr;
+    if (lo % pg || len % pg || lo < (uintptr_t)d->base || lo + len > (uintptr_t)d->base + d->len)
+        return -EINVAL;
+    if (d->wt_hi)
+        return -EBUSY;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", d->fd);
+    int fd = -1;
+    if (kind == PERSIST_WT_DIRECT) {
+        fd = open(path, O_WRONLY | O_CLOEXEC | O_DSYNC | O_DIRECT);
+#ifdef STATX_DIOALIGN
+        struct statx stx;
+        if (fd >= 0 && statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+            (stx.stx_mask & STATX_DIOALIGN) &&
+            (stx.stx_dio_offset_align == 0 || stx.stx_dio_mem_align == 0 ||
+             pg % stx.stx_dio_offset_align || pg % stx.stx_dio_mem_align)) {
+            close(fd); /* direct I/O unsupported, or coarser than a page */
+            fd = -1;
+        }
+#endif
+        if (fd < 0)
+            kind = PERSIST_WT_BUFFERED;
+    }
+    if (fd < 0 && (fd = open(path, O_WRONLY | O_CLOEXEC | O_DSYNC)) < 0)
+        return -errno;
+    /* Whatever the shared mapping still holds dirty goes to the file first;
+     * the private pages then read the same page cache until first written. */
+    if (msync(addr, len, MS_SYNC) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    void *m = mmap(addr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED, d->fd,
+                   (off_t)(lo - (uintptr_t)d->base));
+    if (m == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    d->wt_lo = lo;
+    d->wt_hi = lo + len;
+    d->wt_fd = fd;
+    d->wt_kind = kind;
+    d->wt_align = pg;
+    if (used)
+        *used = kind;
+    return 0;
+}
+
+void persist_domain_release(persist_domain *d)
+{
+    if (d->wt_hi) {
+        close(d->wt_fd);
+        d->wt_hi = d->wt_lo = 0;
+        d->wt_kind = PERSIST_WT_NONE;
+    }
+}
+
 int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
 {
     int rc = 0;
@@ -212,17 +345,7 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
         for (unsigned i = 0; i < r->n; i++)
             observer(PERSIST_EV_SYNC_RANGE, (const void *)r->lo[i], r->hi[i] - r->lo[i], where);
     if (d->mode == PERSIST_FS) {
-        /* Each msync is a write-back of its range plus a device cache flush.
-         * One range: msync it. Several (the backend's scattered mirror
-         * pages): one fdatasync writes back every dirty page of the file and
-         * flushes once, instead of once per range. */
-        if (r->n == 1) {
-            if (msync((void *)r->lo[0], r->hi[0] - r->lo[0], MS_SYNC) != 0)
-                rc = -errno;
-        } else if (r->n > 1) {
-            if (fdatasync(d->fd) != 0)
-                rc = -errno;
-        }
+        rc = sync_fs(d, r);
     } else if (d->mode == PERSIST_SIM) {
         if (sim_sync_delay_us > 0 && r->n > 0) {
             struct timespec ts = {sim_sync_delay_us / 1000000, (sim_sync_delay_us % 1000000) * 1000};

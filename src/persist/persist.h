@@ -6,7 +6,8 @@
  *
  *   mode      flush(range)              fence      sync
  *   pmem      clwb each 64 B line       sfence     sfence
- *   fs        remember the page range   -          msync(MS_SYNC) one range, fdatasync several
+ *   fs        remember the page range   -          msync(MS_SYNC) one range, fdatasync several;
+ *                                                  pwrite(O_DSYNC) the pages of a write-through window
  *   emulated  -                         -          - (tmpfs; process crashes only)
  *   none      -                         -          -
  *   sim       remember the 64 B lines   -          pwrite the lines to the file
@@ -42,12 +43,24 @@ typedef struct persist_ranges {
     uintptr_t lo[PERSIST_MAX_RANGES], hi[PERSIST_MAX_RANGES];
 } persist_ranges;
 
+/* How the pages of a write-through window reach the file (fs mode). */
+typedef enum persist_wt_kind {
+    PERSIST_WT_NONE = 0,  /* no window: msync like the rest of the mapping */
+    PERSIST_WT_DIRECT,    /* pwrite through an O_DIRECT|O_DSYNC descriptor */
+    PERSIST_WT_BUFFERED,  /* pwrite through an O_DSYNC descriptor (page cache) */
+} persist_wt_kind;
+
 typedef struct persist_domain {
     persist_mode mode;
     char *base;
     size_t len;
     int fd;
     bool failed; /* a sync failed: nothing may be acknowledged any more */
+    /* fs mode: the write-through window [wt_lo, wt_hi) (wt_hi == 0: none). */
+    uintptr_t wt_lo, wt_hi;
+    int wt_fd;
+    persist_wt_kind wt_kind;
+    size_t wt_align; /* file offset / length / memory alignment of its pwrites */
 } persist_domain;
 
 typedef enum persist_event {
@@ -75,6 +88,22 @@ void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_
 void persist_fence(persist_domain *d, const char *where);
 /* Make every range in r durable, then empty r. 0, or -errno (then d->failed). */
 int persist_sync(persist_domain *d, persist_ranges *r, const char *where);
+
+/* fs mode: make [addr, addr + len) (page aligned, inside the mapping) a
+ * write-through window. It is remapped privately, so its stores stay in this
+ * process, and a sync writes its dirty pages to the file with pwrite() through
+ * a second descriptor opened O_DSYNC (and O_DIRECT for PERSIST_WT_DIRECT)
+ * instead of msync(). Such a sync touches no other dirty page of the file, no
+ * page of the window is ever write-protected again after its first store, and
+ * no TLB shoot-down reaches the other CPUs: the costs msync() has on a shared
+ * mapping. Meant for the redo log, which is written only by this process and
+ * always whole-page-synced. PERSIST_WT_DIRECT falls back to BUFFERED when the
+ * file system refuses O_DIRECT. *used (may be NULL) gets the kind in effect.
+ * Any other mode: nothing to do, MANGO_OK-style 0. Returns 0 or -errno. */
+int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_kind kind,
+                          persist_wt_kind *used);
+/* Close the window's descriptor (the mapping goes with the pool's). */
+void persist_domain_release(persist_domain *d);
 
 /* Counters (atomic). */
 uint64_t persist_sync_count(void);

@@ -315,8 +315,10 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
 
 void pool_close(pool *p)
 {
-    if (p->writable)
+    if (p->writable) {
         persist_unregister_domain(&p->pd);
+        persist_domain_release(&p->pd);
+    }
     if (p->base && p->base != MAP_FAILED)
         munmap(p->base, p->size);
     if (p->fd >= 0)

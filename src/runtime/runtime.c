@@ -271,6 +271,41 @@ static void notify_backend(void *b) { backend_notify(b); }
 
 /* ---- init ---- */
 
+/* fs mode: how the redo log reaches the file. MANGO_FS_LOG=direct (the
+ * default: O_DIRECT|O_DSYNC pwrite of the log pages from a private mapping),
+ * buffered (the same through the page cache) or mmap (msync of the shared
+ * mapping, as the rest of the pool). An explicit direct or buffered that the
+ * file system cannot do is an error; the default falls back quietly, since
+ * every way is equally durable. persist.h says why the pwrite ways are
+ * cheaper. */
+static int setup_fs_log_writes(pool *p)
+{
+    if (p->pd.mode != PERSIST_FS)
+        return MANGO_OK;
+    const char *env = getenv("MANGO_FS_LOG");
+    persist_wt_kind want = PERSIST_WT_DIRECT;
+    bool explicit_kind = env && *env;
+    if (explicit_kind) {
+        if (strcmp(env, "direct") == 0)
+            want = PERSIST_WT_DIRECT;
+        else if (strcmp(env, "buffered") == 0)
+            want = PERSIST_WT_BUFFERED;
+        else if (strcmp(env, "mmap") == 0)
+            return MANGO_OK;
+        else
+            return mango_error(MANGO_EINVAL, "MANGO_FS_LOG=%s: expected direct, buffered or mmap",
+                               env);
+    }
+    persist_wt_kind used;
+    int e = persist_write_through(&p->pd, pool_log(p), p->hdr->log_size, want, &used);
+    if (e == 0 && used == want)
+        return MANGO_OK;
+    if (explicit_kind)
+        return mango_error(e ? MANGO_EIO : MANGO_EINVAL, "MANGO_FS_LOG=%s: not possible on %s (%s)",
+                           env, rt.pool_path, e ? strerror(-e) : "the file system refuses O_DIRECT");
+    return MANGO_OK; /* a window of another kind, or none: msync as the rest of the pool */
+}
+
 static int open_durable(const mango_config *cfg, int *status)
 {
     int rc = resolve_pool_path(cfg, rt.pool_path, sizeof rt.pool_path);
@@ -375,6 +410,9 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_heap;
     rt.verify = capture_verify_enabled();
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
+    rc = setup_fs_log_writes(p);
+    if (rc)
+        goto fail_heap;
     rc = backend_start(&rt.backend, p, &rt.log);
     if (rc)
         goto fail_heap;

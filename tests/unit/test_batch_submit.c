@@ -5,12 +5,13 @@
  *     mango_reply_ticket names the open batch or the last one submitted;
  *   - the sync thread groups frames (fewer syncs than pipelined batches when
  *     the caller runs ahead) and the state survives a clean restart;
- *   - kill loop (sim mode: a SIGKILL drops everything not yet synced): a
+ *   - kill loop, in sim mode and in fs mode (both drop on SIGKILL every log
+ *     byte not yet synced: sim maps the whole pool privately, fs the log): a
  *     child submits batches as fast as it can and reports on a pipe each
  *     counter value whose ticket became durable; after each SIGKILL a fresh
  *     process recovers the pool and must find the two counters equal (batches
  *     are atomic) and at least the last value reported durable.
- * Usage: test_batch_submit [kill ROUNDS | child MODE POOL FD | verify MODE POOL MIN]
+ * Usage: test_batch_submit [kill ROUNDS [MODE] | child MODE POOL FD | verify MODE POOL MIN]
  * (`kill` runs only the kill loop: tests/CMakeLists.txt runs it against a
  * runtime without the commit sync, where it must fail.) */
 #define _GNU_SOURCE
@@ -176,7 +177,7 @@ static int verify(const char *mode, const char *pool, uint64_t min)
     return bad ? 1 : 0;
 }
 
-static void kill_loop(const char *pool, int rounds)
+static void kill_loop(const char *pool, int rounds, const char *mode)
 {
     unlink(pool);
     uint64_t acked = 0;
@@ -190,7 +191,7 @@ static void kill_loop(const char *pool, int rounds)
             close(pfd[0]);
             char fdtxt[16];
             snprintf(fdtxt, sizeof fdtxt, "%d", pfd[1]);
-            execl("/proc/self/exe", "test_batch_submit", "child", "sim", pool, fdtxt, (char *)NULL);
+            execl("/proc/self/exe", "test_batch_submit", "child", mode, pool, fdtxt, (char *)NULL);
             _exit(127);
         }
         close(pfd[1]);
@@ -209,7 +210,7 @@ static void kill_loop(const char *pool, int rounds)
         if (pid == 0) {
             char mintxt[32];
             snprintf(mintxt, sizeof mintxt, "%llu", (unsigned long long)acked);
-            execl("/proc/self/exe", "test_batch_submit", "verify", "sim", pool, mintxt, (char *)NULL);
+            execl("/proc/self/exe", "test_batch_submit", "verify", mode, pool, mintxt, (char *)NULL);
             _exit(127);
         }
         waitpid(pid, &status, 0);
@@ -218,7 +219,7 @@ static void kill_loop(const char *pool, int rounds)
         else
             verified++;
     }
-    printf("kill loop: rounds=%d acked=%llu verified=%d lost=%d\n", rounds,
+    printf("kill loop (%s): rounds=%d acked=%llu verified=%d lost=%d\n", mode, rounds,
            (unsigned long long)acked, verified, lost);
     CHECK(lost == 0);
     CHECK(acked > 0);
@@ -232,16 +233,34 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "verify") == 0)
         return verify(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     char pool[96];
-    if (argc == 3 && strcmp(argv[1], "kill") == 0) {
-        snprintf(pool, sizeof pool, "/dev/shm/mango-submit-kill-%d.pool", (int)getpid());
-        kill_loop(pool, atoi(argv[2]));
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "kill") == 0) {
+        const char *mode = argc == 4 ? argv[3] : "sim";
+        snprintf(pool, sizeof pool, "%s/mango-submit-kill-%d.pool",
+                 strcmp(mode, "fs") == 0 ? "/var/tmp" : "/dev/shm", (int)getpid());
+        kill_loop(pool, atoi(argv[2]), mode);
         return check_report("test_batch_submit kill");
     }
     snprintf(pool, sizeof pool, "/var/tmp/mango-submit-%d.pool", (int)getpid());
-    api_checks(pool, MANGO_PERSIST_FS);
+    /* Every way the fs log can reach the file (MANGO_FS_LOG), and a bad one. */
+    static const char *const fs_logs[] = {"direct", "buffered", "mmap"};
+    for (unsigned i = 0; i < 3; i++) {
+        setenv("MANGO_FS_LOG", fs_logs[i], 1);
+        api_checks(pool, MANGO_PERSIST_FS);
+    }
+    setenv("MANGO_FS_LOG", "sometimes", 1);
+    unlink(pool);
+    CHECK(start(pool, MANGO_PERSIST_FS) == MANGO_EINVAL);
+    CHECK(strstr(mango_last_error(), "MANGO_FS_LOG=sometimes") != NULL);
+    unlink(pool);
+    unsetenv("MANGO_FS_LOG");
     snprintf(pool, sizeof pool, "/dev/shm/mango-submit-%d.pool", (int)getpid());
     api_checks(pool, MANGO_PERSIST_SIM);
     snprintf(pool, sizeof pool, "/dev/shm/mango-submit-kill-%d.pool", (int)getpid());
-    kill_loop(pool, 20);
+    kill_loop(pool, 20, "sim");
+    /* fs mode: the log is written through a private mapping (MANGO_FS_LOG,
+     * default direct), so a SIGKILL drops every frame not yet synced, as
+     * sim mode does: acknowledged values must have gone through the pwrite. */
+    snprintf(pool, sizeof pool, "/var/tmp/mango-submit-kill-%d.pool", (int)getpid());
+    kill_loop(pool, 10, "fs");
     return check_report("test_batch_submit");
 }
