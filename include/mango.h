@@ -71,7 +71,8 @@ typedef enum mango_persist_mode {
 typedef struct mango_config {
     const char *pool_path;   /* NULL: $MANGO_POOL, else /dev/shm/mango-<exe>.pool */
     size_t pool_size;        /* bytes for a new pool; 0: 1 GiB. Ignored on open. */
-    size_t log_size;         /* redo log ring; 0: 64 MiB */
+    size_t log_size;         /* redo log ring of a new pool; 0: 256 MiB on a disk
+                              * file system if pool_size >= 1 GiB, else 64 MiB */
     mango_persist_mode mode;
     unsigned max_threads;    /* client threads that may call in; 0: 64 */
     uintptr_t heap_base;     /* durable heap reservation; 0: 0x600000000000 */

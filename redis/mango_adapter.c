@@ -95,6 +95,17 @@ static void mango_atexit(void)
     if (!mango_on) return;
     if (mango_batch_open())
         mango_batch_end();
+    const char *st = getenv("MANGO_STATS");
+    if (st && *st && strcmp(st, "0") != 0) {
+        mango_stats s;
+        mango_get_stats(&s);
+        fprintf(stderr, "Mangosteen stats: batches=%llu rw_commands=%llu log_blocks=%llu log_bytes=%llu "
+                "frontend_syncs=%llu backend_syncs=%llu pipelined_batches=%llu pipeline_syncs=%llu\n",
+                (unsigned long long)s.batches, (unsigned long long)s.rw_commands,
+                (unsigned long long)s.log_blocks, (unsigned long long)s.log_bytes,
+                (unsigned long long)s.frontend_syncs, (unsigned long long)s.backend_syncs,
+                (unsigned long long)s.pipelined_batches, (unsigned long long)s.pipeline_syncs);
+    }
     mango_shutdown();
     mango_on = 0;
 }

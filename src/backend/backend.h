@@ -2,7 +2,8 @@
  *
  * One thread, lazy on purpose: it sleeps (untimed) while the log is empty; after
  * a commit it applies every millisecond, or at once when an eighth of the log is
- * waiting or the frontend waits for space. It applies every committed frame (32-byte blocks to
+ * waiting or the frontend waits for space (fs mode: every 5 s, or a quarter of
+ * the log; backend.c says why). It applies every committed frame (32-byte blocks to
  * the heap mirror; masked bytes plus the written-bytes bitmap for .data/.bss),
  * syncs the mirror, then persists the new log head and releases log space.
  * Two syncs per round, however many batches the round covers.
