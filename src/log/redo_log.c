@@ -188,9 +188,40 @@ int redo_log_sync_upto(redo_log *l, uint64_t from_lsn, uint64_t to_lsn)
     return MANGO_OK;
 }
 
+/* Log bytes [lo, hi) were applied and are below both head slots: drop this
+ * process's copies of the ring pages that lie wholly inside (fs mode's
+ * private ring, persist_write_through_release). Called before the new limit
+ * is published, so the frontend, still bound by the old one, writes no page
+ * of the range meanwhile; lo is rounded up past the page the old limit ends
+ * in, which the frontend may already be filling for its next lap. */
+static void drop_released_pages(redo_log *l, uint64_t lo, uint64_t hi)
+{
+    persist_domain *d = &l->pool->pd;
+    if (!d->wt_hi)
+        return;
+    const uint64_t pg = 4096;
+    lo = (lo + pg - 1) / pg * pg;
+    if (lo < l->dropped_lsn)
+        lo = l->dropped_lsn;
+    hi = hi / pg * pg;
+    if (hi <= lo)
+        return;
+    if (hi - lo > l->cap)
+        lo = hi - l->cap;
+    uint64_t a = lo % l->cap, len = hi - lo;
+    uint64_t first = len < l->cap - a ? len : l->cap - a;
+    persist_write_through_release(d, l->ring + a, first);
+    if (len > first)
+        persist_write_through_release(d, l->ring, len - first);
+    l->dropped_lsn = hi;
+}
+
 void redo_log_release(redo_log *l, uint64_t lsn)
 {
     pthread_mutex_lock(&l->mu);
+    uint64_t old = atomic_load_explicit(&l->reusable_lsn, memory_order_relaxed);
+    if (lsn > old)
+        drop_released_pages(l, old, lsn);
     atomic_store_explicit(&l->reusable_lsn, lsn, memory_order_release);
     if (l->space_waiters)
         pthread_cond_broadcast(&l->space_cv);

@@ -75,6 +75,7 @@ typedef struct redo_log {
     _Atomic uint64_t committed_lsn;
     /* published by the backend: log space below this may be reused */
     _Atomic uint64_t reusable_lsn;
+    uint64_t dropped_lsn; /* fs mode: ring pages below this were dropped (backend) */
     pthread_mutex_t mu;
     pthread_cond_t space_cv;
     _Atomic unsigned space_waiters;

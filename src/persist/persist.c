@@ -320,6 +320,14 @@ int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_
     return 0;
 }
 
+void persist_write_through_release(persist_domain *d, void *addr, size_t len)
+{
+    uintptr_t lo = (uintptr_t)addr;
+    if (d->wt_kind != PERSIST_WT_BUFFERED || len == 0 || lo < d->wt_lo || lo + len > d->wt_hi)
+        return;
+    madvise(addr, len, MADV_DONTNEED); /* advice: a failure only keeps the memory */
+}
+
 void persist_domain_release(persist_domain *d)
 {
     if (d->wt_hi) {

@@ -99,9 +99,18 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where);
  * mapping. Meant for the redo log, which is written only by this process and
  * always whole-page-synced. PERSIST_WT_DIRECT falls back to BUFFERED when the
  * file system refuses O_DIRECT. *used (may be NULL) gets the kind in effect.
+ * A direct window's pages all stay in memory (len bytes, in time); a buffered
+ * one's can be given back (persist_write_through_release).
  * Any other mode: nothing to do, MANGO_OK-style 0. Returns 0 or -errno. */
 int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_kind kind,
                           persist_wt_kind *used);
+/* PERSIST_WT_BUFFERED window: [addr, addr + len) (page aligned) is durable
+ * and will be rewritten before it is read again. Drop this process's copies
+ * of its pages, which then read the page cache again (holding what was
+ * written): the window's memory stays what is in use, not its whole size.
+ * A no-op for a direct window, whose pages the page cache no longer holds
+ * (reading them back would wait for the disk). */
+void persist_write_through_release(persist_domain *d, void *addr, size_t len);
 /* Close the window's descriptor (the mapping goes with the pool's). */
 void persist_domain_release(persist_domain *d);
 

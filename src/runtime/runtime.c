@@ -273,19 +273,19 @@ static void notify_backend(void *b) { backend_notify(b); }
 
 /* ---- init ---- */
 
-/* fs mode: how the redo log reaches the file. MANGO_FS_LOG=direct (the
- * default: O_DIRECT|O_DSYNC pwrite of the log pages from a private mapping),
- * buffered (the same through the page cache) or mmap (msync of the shared
- * mapping, as the rest of the pool). An explicit direct or buffered that the
- * file system cannot do is an error; the default falls back quietly, since
- * every way is equally durable. persist.h says why the pwrite ways are
- * cheaper. */
+/* fs mode: how the redo log reaches the file. MANGO_FS_LOG=buffered (the
+ * default: O_DSYNC pwrite of the log pages from a private mapping, whose
+ * pages are given back once the backend released them), direct (the same
+ * with O_DIRECT, keeping the whole ring in memory) or mmap (msync of the
+ * shared mapping, as the rest of the pool). An explicit kind the file system
+ * cannot do is an error; the default falls back quietly, since every way is
+ * equally durable. persist.h says why the pwrite ways are cheaper. */
 static int setup_fs_log_writes(pool *p)
 {
     if (p->pd.mode != PERSIST_FS)
         return MANGO_OK;
     const char *env = getenv("MANGO_FS_LOG");
-    persist_wt_kind want = PERSIST_WT_DIRECT;
+    persist_wt_kind want = PERSIST_WT_BUFFERED;
     bool explicit_kind = env && *env;
     if (explicit_kind) {
         if (strcmp(env, "direct") == 0)
