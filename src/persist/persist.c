@@ -419,3 +419,22 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
         observer(PERSIST_EV_SYNC, NULL, 0, where);
     return rc;
 }
+
+int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
+{
+    (void)where;
+    if (msync(base, len, MS_SYNC) != 0 || fsync(fd) != 0)
+        return -errno;
+    return 0;
+}
+
+int persist_sync_directory(const char *dir, const char *where)
+{
+    (void)where;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    int rc = fsync(dfd) != 0 && errno != EINVAL ? -errno : 0; /* EINVAL: cannot sync directories */
+    close(dfd);
+    return rc;
+}

@@ -114,6 +114,14 @@ void persist_write_through_release(persist_domain *d, void *addr, size_t len);
 /* Close the window's descriptor (the mapping goes with the pool's). */
 void persist_domain_release(persist_domain *d);
 
+/* Pool creation, before any domain exists: make a new file's mapping and
+ * the file durable, then (after its rename) its directory entry. Not seen by
+ * the observer nor counted: creation is atomic by the rename, and a crash
+ * before the directory sync only loses a pool that acknowledged nothing yet.
+ * 0 or -errno. */
+int persist_sync_new_file(void *base, size_t len, int fd, const char *where);
+int persist_sync_directory(const char *dir, const char *where);
+
 /* Counters (atomic). */
 uint64_t persist_sync_count(void);
 

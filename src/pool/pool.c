@@ -163,8 +163,9 @@ int pool_create(const char *path, const pool_create_params *pp)
     snprintf(h->fingerprint_text, sizeof h->fingerprint_text, "%s", pp->fingerprint_text);
     h->header_crc = header_crc(h);
 
-    if (msync(base, pool_size, MS_SYNC) != 0 || fsync(fd) != 0) {
-        rc = mango_error(MANGO_EIO, "cannot sync new pool %s: %s", tmp, strerror(errno));
+    int e = persist_sync_new_file(base, pool_size, fd, "pool.create_sync");
+    if (e != 0) {
+        rc = mango_error(MANGO_EIO, "cannot sync new pool %s: %s", tmp, strerror(-e));
         munmap(base, pool_size);
         goto fail;
     }
@@ -174,12 +175,15 @@ int pool_create(const char *path, const pool_create_params *pp)
         goto fail;
     }
     close(fd);
+    /* Until the directory entry is durable a power failure could lose the
+     * whole pool, and the next start would create a FRESH one: an error. */
     char dirbuf[4096];
     snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    int dfd = open(dirname(dirbuf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-        fsync(dfd);
-        close(dfd);
+    e = persist_sync_directory(dirname(dirbuf), "pool.create_dir_sync");
+    if (e != 0) {
+        unlink(path);
+        return mango_error(MANGO_EIO, "cannot sync the directory of new pool %s: %s", path,
+                           strerror(-e));
     }
     return MANGO_OK;
 fail:
