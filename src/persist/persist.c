@@ -14,7 +14,17 @@
 #include <time.h>
 #include <unistd.h>
 
-static persist_observer_fn observer;
+/* Set and unset from any thread while other threads are inside persist calls
+ * (kvstore powerfail unsets it while the backend still runs): every call loads
+ * it once, with acquire, and reports all of its events to that one observer.
+ * Loading it again per event would call NULL after a concurrent unset. */
+static _Atomic(persist_observer_fn) observer;
+
+static inline persist_observer_fn current_observer(void)
+{
+    return atomic_load_explicit(&observer, memory_order_acquire);
+}
+
 static _Atomic uint64_t sync_count;
 
 /* ---- fault injection (tests) ----
@@ -65,7 +75,10 @@ const char *persist_mode_name(persist_mode m)
     return "?";
 }
 
-void persist_set_observer(persist_observer_fn fn) { observer = fn; }
+void persist_set_observer(persist_observer_fn fn)
+{
+    atomic_store_explicit(&observer, fn, memory_order_release);
+}
 
 static persist_domain *domains[4];
 static pthread_mutex_t domains_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -104,8 +117,9 @@ uint64_t persist_sync_count(void) { return atomic_load_explicit(&sync_count, mem
 
 void persist_note_store(const void *addr, size_t len, const char *where)
 {
-    if (observer)
-        observer(PERSIST_EV_STORE, addr, len, where);
+    persist_observer_fn obs = current_observer();
+    if (obs)
+        obs(PERSIST_EV_STORE, addr, len, where);
 }
 
 static void ranges_add(persist_ranges *r, uintptr_t lo, uintptr_t hi)
@@ -167,8 +181,9 @@ void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_
     if (len == 0)
         return;
     uintptr_t lo = (uintptr_t)addr, hi = lo + len;
-    if (observer)
-        observer(PERSIST_EV_FLUSH, addr, len, where);
+    persist_observer_fn obs = current_observer();
+    if (obs)
+        obs(PERSIST_EV_FLUSH, addr, len, where);
     switch (d->mode) {
     case PERSIST_PMEM:
 #if defined(__x86_64__)
@@ -192,8 +207,9 @@ void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_
 
 void persist_fence(persist_domain *d, const char *where)
 {
-    if (observer)
-        observer(PERSIST_EV_FENCE, NULL, 0, where);
+    persist_observer_fn obs = current_observer();
+    if (obs)
+        obs(PERSIST_EV_FENCE, NULL, 0, where);
     if (d->mode == PERSIST_PMEM)
         __builtin_ia32_sfence();
     else
@@ -370,18 +386,19 @@ void persist_domain_release(persist_domain *d)
 int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
 {
     int rc = 0;
+    persist_observer_fn obs = current_observer(); /* one observer for the whole sync */
     uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
     pthread_once(&fault_once, read_fault_env);
     if (fault_sync_at > 0 && nth == (uint64_t)fault_sync_at) {
         r->n = 0;
         d->failed = true;
-        if (observer)
-            observer(PERSIST_EV_SYNC, NULL, 0, where);
+        if (obs)
+            obs(PERSIST_EV_SYNC, NULL, 0, where);
         return -fault_sync_errno;
     }
-    if (observer && (d->mode == PERSIST_FS || d->mode == PERSIST_SIM))
+    if (obs && (d->mode == PERSIST_FS || d->mode == PERSIST_SIM))
         for (unsigned i = 0; i < r->n; i++)
-            observer(PERSIST_EV_SYNC_RANGE, (const void *)r->lo[i], r->hi[i] - r->lo[i], where);
+            obs(PERSIST_EV_SYNC_RANGE, (const void *)r->lo[i], r->hi[i] - r->lo[i], where);
     if (d->mode == PERSIST_FS) {
         rc = sync_fs(d, r);
     } else if (d->mode == PERSIST_SIM) {
@@ -415,8 +432,8 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     r->n = 0;
     if (rc != 0)
         d->failed = true; /* fsyncgate: never retry as if the data were safe */
-    if (observer)
-        observer(PERSIST_EV_SYNC, NULL, 0, where);
+    if (obs)
+        obs(PERSIST_EV_SYNC, NULL, 0, where);
     return rc;
 }
 

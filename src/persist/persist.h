@@ -74,6 +74,11 @@ typedef enum persist_event {
 
 typedef void (*persist_observer_fn)(persist_event ev, const void *addr, size_t len,
                                     const char *where);
+/* Install (or, with NULL, remove) the observer; any thread, at any time. Each
+ * flush/fence/sync/note_store call reports all of its events to the observer
+ * installed when it began, so a call in flight on another thread may still run
+ * the old observer after this returns: an observer must stay callable until
+ * the runtime is quiescent (e.g. after mango_shutdown). */
 void persist_set_observer(persist_observer_fn fn);
 
 /* Mapped pools, for observers that need a pool offset from an address. */
