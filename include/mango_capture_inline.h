@@ -14,12 +14,15 @@
  * the translation unit the plugin emits only the mango_capture() calls.
  *
  * The fast path is the paper's Figure 3 hash-set insert for the common case: a
- * store inside the durable heap that does not cross a 32-byte block. It
+ * store inside the durable heap, or inside the executable's durable .data/.bss
+ * (the statistics and counters an application bumps on every request), that
+ * does not cross a 32-byte block. It
  * computes the block and the byte mask, hashes the block and probes up to
  * MANGO_CAPTURE_PROBES slots of the combiner's primary dedup set: a slot
  * holding the block gets the mask ORed in; an empty slot below the load limit
- * receives the block. Everything else (a store crossing a block, outside the
- * durable heap -- .data/.bss, transient memory --, a longer probe chain, the
+ * receives the block. Everything else (a store crossing a block, outside those
+ * two ranges -- other libraries' data, transient memory --, a longer probe
+ * chain, the
  * load limit reached) returns 0 and the caller takes the slow path, which
  * probes further and spills exactly as before. Both paths probe the same table
  * the same way, so the set's contents do not depend on which path ran.
@@ -62,6 +65,8 @@ struct mango_capture_fastpath {
     __UINTPTR_TYPE__ heap_lo;   /* 32-byte aligned */
     __UINTPTR_TYPE__ heap_size; /* multiple of 32; 0: no fast path */
     struct mango_capture_set_view *set;
+    __UINTPTR_TYPE__ data_lo;   /* the first durable data region, the same way */
+    __UINTPTR_TYPE__ data_size; /* 0: none (or no fast path) */
 };
 extern struct mango_capture_fastpath mango_capture_fastpath;
 /* Out of line: add a heap block known not to be in the full primary set to
@@ -78,8 +83,9 @@ mango_capture_try_fast(const void *addr, __SIZE_TYPE__ len)
     __UINTPTR_TYPE__ off = a & (MANGO_CAPTURE_BLOCK - 1);
     if (__builtin_expect(len - 1 >= MANGO_CAPTURE_BLOCK || off + len > MANGO_CAPTURE_BLOCK, 0))
         return 0; /* empty, or crosses a block */
-    if (__builtin_expect(a - mango_capture_fastpath.heap_lo >= mango_capture_fastpath.heap_size, 0))
-        return 0; /* not the durable heap (or no fast path) */
+    if (__builtin_expect(a - mango_capture_fastpath.heap_lo >= mango_capture_fastpath.heap_size, 0) &&
+        a - mango_capture_fastpath.data_lo >= mango_capture_fastpath.data_size)
+        return 0; /* neither the durable heap nor .data/.bss (or no fast path) */
     __UINT64_TYPE__ block = a - off;
     __UINT32_TYPE__ m = (__UINT32_TYPE__)((((__UINT64_TYPE__)1 << len) - 1) << off);
     struct mango_capture_set_view *s = mango_capture_fastpath.set;

@@ -59,7 +59,8 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
     }
     n_ranges = n;
     /* The fast path covers the first range (the durable heap), shrunk to
-     * whole blocks. MANGO_DEDUP=0 must see every store, and
+     * whole blocks, and the second (the executable's .data/.bss; see
+     * mango_capture_inline.h). MANGO_DEDUP=0 must see every store, and
      * MANGO_CAPTURE_FASTPATH=0 turns it off (comparisons). */
     const char *fp = getenv("MANGO_CAPTURE_FASTPATH");
     uintptr_t flo = 0, fhi = 0;
@@ -69,6 +70,14 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
     }
     mango_capture_fastpath.heap_lo = flo;
     mango_capture_fastpath.heap_size = fhi > flo ? fhi - flo : 0;
+    /* And the second range (the executable's .data/.bss), the same way. */
+    uintptr_t dlo = 0, dhi = 0;
+    if (n > 1 && mango_capture_fastpath.heap_size) {
+        dlo = (lo[1] + DEDUP_BLOCK - 1) & ~(uintptr_t)(DEDUP_BLOCK - 1);
+        dhi = hi[1] & ~(uintptr_t)(DEDUP_BLOCK - 1);
+    }
+    mango_capture_fastpath.data_lo = dlo;
+    mango_capture_fastpath.data_size = dhi > dlo ? dhi - dlo : 0;
 }
 
 bool capture_is_durable(uintptr_t addr, size_t len)
