@@ -16,6 +16,11 @@
  * With --recovery-crashes, one image in four is not verified directly: its
  * recovery is itself cut at a random ordering point (a crash during recovery),
  * and that second image is recovered and verified.
+ *
+ * The observer is installed before mango_init opens the pool, so the model
+ * follows the pool from its first store (images are cut only once mango_init
+ * has returned), and after the final shutdown the model must equal the file
+ * word for word; a difference is reported as MODEL DRIFT (exit 2).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -34,6 +39,7 @@
 #include "kv_workload.h"
 #include "kvstore_driver.h"
 #include "persist/persist.h"
+#include "pool/pool_format.h"
 
 extern char **environ;
 
@@ -70,6 +76,10 @@ typedef struct sim {
     /* recovery-crash mode (inside verify): cut one image at event number cut_at */
     uint64_t events, cut_at;
     bool cut_done;
+    /* attaching the model at the observer's first event */
+    const char *attach_path;
+    bool attach_failed;
+    bool armed; /* workload: mango_init returned, images may be cut */
 } sim;
 
 static sim S;
@@ -262,11 +272,30 @@ static void cut_image(const char *label, const char *stage)
     unlink(S.img_path);
 }
 
+static int sim_attach(const char *pool_path);
+
+/* The observer is installed before mango_init opens (or creates) the pool,
+ * and the model is attached at its first event: the pool's mapping exists
+ * only once the pool is open, and until the runtime first reports a store to
+ * it, every byte of the file is exactly what the runtime wrote and synced
+ * (sim mode writes the file only in syncs, and every sync reports its
+ * ranges). Attaching later, e.g. after mango_init returned, would race with
+ * the backend's first round over the initial batch: stores made before the
+ * observer exists are never seen, and reading the file while that round
+ * syncs gives the model media the runtime never had or misses what it
+ * wrote (the model then drifts from the file for the rest of the run). */
 static void observer(persist_event ev, const void *addr, size_t len, const char *where)
 {
     pthread_mutex_lock(&S.mu);
+    if (!S.d) {
+        if (S.attach_failed || sim_attach(S.attach_path) != 0) {
+            S.attach_failed = true; /* the workload fails at arming; verify is not cut */
+            pthread_mutex_unlock(&S.mu);
+            return;
+        }
+    }
     if (ev == PERSIST_EV_STORE || ev == PERSIST_EV_FLUSH) {
-        if (!S.d || (const char *)addr < S.d->base || (const char *)addr >= S.d->base + S.d->len) {
+        if ((const char *)addr < S.d->base || (const char *)addr >= S.d->base + S.d->len) {
             pthread_mutex_unlock(&S.mu);
             return;
         }
@@ -276,7 +305,7 @@ static void observer(persist_event ev, const void *addr, size_t len, const char 
         else
             note_flush(off, len);
     } else if (ev == PERSIST_EV_SYNC_RANGE) {
-        if (S.d && (const char *)addr >= S.d->base && (const char *)addr < S.d->base + S.d->len) {
+        if ((const char *)addr >= S.d->base && (const char *)addr < S.d->base + S.d->len) {
             uint64_t off = (uint64_t)((const char *)addr - S.d->base);
             rebuild_pending(off, off + len);
         }
@@ -302,14 +331,22 @@ static void observer(persist_event ev, const void *addr, size_t len, const char 
         pthread_mutex_unlock(&S.mu);
         return;
     }
+    /* The workload: images only once mango_init has returned (the initial
+     * state is acknowledged), and only until the target is reached. */
+    if (!S.armed || S.images >= S.target) {
+        pthread_mutex_unlock(&S.mu);
+        return;
+    }
     unsigned li = label_index(label);
-    for (unsigned n = S.images < S.target ? sample(li) : 0; n > 0 && S.images < S.target; n--) {
+    for (unsigned n = sample(li); n > 0 && S.images < S.target; n--) {
         S.label_images[li]++;
         cut_image(label, "workload");
     }
     pthread_mutex_unlock(&S.mu);
 }
 
+/* Attach the model to the pool at pool_path (called with S.mu held, at the
+ * observer's first event): find its mapping, read the file as the media. */
 static int sim_attach(const char *pool_path)
 {
     /* Find the pool's mapping through the persistence module's registry: any
@@ -318,8 +355,8 @@ static int sim_attach(const char *pool_path)
     char line[4608];
     uintptr_t lo = 0;
     char real[4096];
-    if (!realpath(pool_path, real))
-        snprintf(real, sizeof real, "%s", pool_path);
+    if (!pool_path || !realpath(pool_path, real))
+        snprintf(real, sizeof real, "%s", pool_path ? pool_path : "(none)");
     while (f && fgets(line, sizeof line, f)) {
         if (strstr(line, real)) {
             lo = (uintptr_t)strtoull(line, NULL, 16);
@@ -328,17 +365,21 @@ static int sim_attach(const char *pool_path)
     }
     if (f)
         fclose(f);
-    S.d = lo ? persist_domain_of((void *)lo) : NULL;
-    if (!S.d) {
-        fprintf(stderr, "powerfail: cannot find the pool mapping of %s\n", pool_path);
+    const persist_domain *d = lo ? persist_domain_of((void *)lo) : NULL;
+    if (!d) {
+        fprintf(stderr, "powerfail: cannot find the pool mapping of %s\n", real);
         return -1;
     }
-    S.size = S.d->len;
+    S.size = d->len;
     S.persisted = mmap(NULL, S.size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     S.pend = mmap(NULL, sizeof *S.pend * PEND_CAP, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     S.pend_list = mmap(NULL, sizeof *S.pend_list * PEND_CAP, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (S.persisted == MAP_FAILED || S.pend == MAP_FAILED || S.pend_list == MAP_FAILED) {
+        fprintf(stderr, "powerfail: cannot allocate the model of %s\n", real);
+        return -1;
+    }
     for (uint32_t i = 0; i < PEND_CAP; i++)
         S.pend[i].off = UINT64_MAX;
     /* In sim mode the file holds exactly what was synced: the media. */
@@ -352,26 +393,16 @@ static int sim_attach(const char *pool_path)
     }
     if (fd >= 0)
         close(fd);
-    return done == S.size ? 0 : -1;
-}
-
-/* Called by `verify --cut-recovery` before it opens the pool. The observer
- * must be in place before recovery runs, but the mapping exists only once the
- * pool is open: the first event attaches. */
-static const char *cut_pool_path;
-static void cut_observer(persist_event ev, const void *addr, size_t len, const char *where)
-{
-    if (!S.d) {
-        pthread_mutex_lock(&S.mu);
-        if (!S.d && sim_attach(cut_pool_path) != 0) {
-            pthread_mutex_unlock(&S.mu);
-            return;
-        }
-        pthread_mutex_unlock(&S.mu);
+    if (done != S.size) {
+        fprintf(stderr, "powerfail: cannot read %s\n", real);
+        return -1;
     }
-    observer(ev, addr, len, where);
+    S.d = d;
+    return 0;
 }
 
+/* Called by `verify --cut-recovery` before it opens the pool: the observer
+ * is in place before recovery runs and attaches at its first event. */
 void powerfail_cut_recovery(const char *pool_path, uint64_t seed)
 {
     pthread_mutex_init(&S.mu, NULL);
@@ -381,8 +412,81 @@ void powerfail_cut_recovery(const char *pool_path, uint64_t seed)
      * at its end are hit as well as the block applies at its start. */
     S.cut_at = 1 + rnd() % (2ull << (rnd() % 13));
     snprintf(S.img_path, sizeof S.img_path, "%s", pool_path);
-    cut_pool_path = pool_path;
-    persist_set_observer(cut_observer);
+    S.attach_path = pool_path;
+    persist_set_observer(observer);
+}
+
+/* Which part of the pool a file offset lies in (for the drift report). */
+static const char *pool_area(uint64_t off)
+{
+    pool_header h;
+    memcpy(&h, S.persisted, sizeof h);
+    if (off < POOL_HEAD_OFFSET)
+        return "pool header";
+    if (off < POOL_REGIONS_OFFSET)
+        return "head slots";
+    if (off < POOL_REGIONS_OFFSET + 4096)
+        return "region table";
+    if (off >= h.log_offset && off - h.log_offset < h.log_size)
+        return "redo log ring";
+    for (uint32_t i = 0; i < h.region_count && i < POOL_MAX_REGIONS; i++) {
+        pool_region r;
+        memcpy(&r, S.persisted + POOL_REGIONS_OFFSET + i * sizeof r, sizeof r);
+        if (off >= r.mirror_offset && off - r.mirror_offset < r.size)
+            return r.kind == POOL_REGION_HEAP ? "durable heap mirror" : ".data/.bss mirror";
+        if (r.kind == POOL_REGION_DATA && off >= r.bitmap_offset &&
+            off - r.bitmap_offset < (r.size + 7) / 8)
+            return ".data/.bss written-bytes bitmap";
+    }
+    return "unused space";
+}
+
+/* After a clean shutdown every word the runtime stored to the pool has been
+ * synced, and in sim mode the file is exactly what the syncs wrote, so the
+ * model's media must equal the file word for word. A difference means the
+ * model missed stores or syncs: every image cut from it may be wrong in
+ * either direction (false violations, or real losses hidden). Returns the
+ * number of differing words and reports the first. */
+static uint64_t check_model(const char *pool_path)
+{
+    int fd = open(pool_path, O_RDONLY);
+    if (fd < 0) {
+        fprintf(stderr, "powerfail: MODEL DRIFT check: cannot open %s: %s\n", pool_path,
+                strerror(errno));
+        return 1;
+    }
+    static char buf[1 << 16];
+    uint64_t differ = 0, first = 0, file_word = 0, model_word = 0;
+    for (uint64_t at = 0; at < S.size;) {
+        ssize_t n = pread(fd, buf, sizeof buf, (off_t)at);
+        if (n <= 0 || n % 8) {
+            fprintf(stderr, "powerfail: MODEL DRIFT check: cannot read %s\n", pool_path);
+            close(fd);
+            return differ + 1;
+        }
+        for (uint64_t k = 0; k < (uint64_t)n; k += 8) {
+            if (memcmp(buf + k, S.persisted + at + k, 8) == 0)
+                continue;
+            const word_state *w = pend_slot(at + k);
+            if (w->off == at + k && memcmp(buf + k, &w->val, 8) == 0)
+                continue; /* pending: the file may hold either value */
+            if (differ++ == 0) {
+                first = at + k;
+                memcpy(&file_word, buf + k, 8);
+                memcpy(&model_word, S.persisted + at + k, 8);
+            }
+        }
+        at += (uint64_t)n;
+    }
+    close(fd);
+    if (differ)
+        fprintf(stderr,
+                "powerfail: MODEL DRIFT: after shutdown the simulator's media differs from the pool "
+                "file in %" PRIu64 " words; first at offset %#" PRIx64 " (%s): file 0x%016" PRIx64
+                ", model 0x%016" PRIx64 ". The simulator missed stores or syncs, so its images do "
+                "not show what the runtime wrote.\n",
+                differ, first, pool_area(first), file_word, model_word);
+    return differ;
 }
 
 /* ---- the workload ---- */
@@ -438,10 +542,18 @@ int run_powerfail(void)
     snprintf(live_ack_path, sizeof live_ack_path, "%s.ack", O.pool);
     unlink(live_ack_path);
     S.live_ack = open_ack_at(live_ack_path);
-    start_fixed();
-    if (sim_attach(O.pool) != 0)
-        return 2;
+    /* Follow the pool from its first store on (see observer()). */
+    S.attach_path = O.pool;
     persist_set_observer(observer);
+    start_fixed();
+    pthread_mutex_lock(&S.mu);
+    bool attached = S.d != NULL;
+    S.armed = attached;
+    pthread_mutex_unlock(&S.mu);
+    if (!attached) {
+        fprintf(stderr, "powerfail: the simulator never attached to %s\n", O.pool);
+        return 2;
+    }
     pf_thread *w = calloc(O.threads, sizeof *w);
     for (unsigned i = 0; i < O.threads; i++) {
         w[i].id = i;
@@ -459,6 +571,9 @@ int run_powerfail(void)
     atomic_store(&pf_stop, 1);
     for (unsigned i = 0; i < O.threads; i++)
         pthread_join(w[i].th, NULL);
+    /* Shut down with the observer still on: the backend's last round and the
+     * clean head are followed too, so the model ends where the file ends. */
+    int down = mango_shutdown();
     persist_set_observer(NULL);
     printf("powerfail: crash points and images:\n");
     for (unsigned i = 0; i < S.n_labels; i++)
@@ -466,10 +581,16 @@ int run_powerfail(void)
                S.label_images[i]);
     if (S.violations)
         printf("powerfail: first violation: %s\n", S.first_violation);
+    uint64_t drift = down == 0 ? check_model(O.pool) : 0;
     printf("images=%u violations=%u\n", S.images, S.violations);
-    mango_shutdown();
     unlink(live_ack_path);
     unlink(S.ack_path);
     unlink(O.pool);
+    if (down != 0) {
+        fprintf(stderr, "powerfail: shutdown: %s\n", mango_last_error());
+        return 2;
+    }
+    if (drift)
+        return 2; /* the images were not cut from what the runtime wrote */
     return S.violations ? 1 : 0;
 }
