@@ -354,6 +354,12 @@ int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_
     if (m == MAP_FAILED) {
         int e = errno;
         close(fd);
+        /* A failed MAP_FIXED may have unmapped the range already: put the
+         * shared mapping back, or mark the domain failed (nothing may be
+         * written through a hole). */
+        if (mmap(addr, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, d->fd,
+                 (off_t)(lo - (uintptr_t)d->base)) == MAP_FAILED)
+            d->failed = true;
         return -e;
     }
     d->wt_lo = lo;

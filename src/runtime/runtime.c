@@ -302,6 +302,8 @@ static int setup_fs_log_writes(pool *p)
     int e = persist_write_through(&p->pd, pool_log(p), p->hdr->log_size, want, &used);
     if (e == 0 && used == want)
         return MANGO_OK;
+    if (p->pd.failed)
+        return mango_error(MANGO_EIO, "%s: cannot remap the log ring: %s", rt.pool_path, strerror(-e));
     if (explicit_kind)
         return mango_error(e ? MANGO_EIO : MANGO_EINVAL, "MANGO_FS_LOG=%s: not possible on %s (%s)",
                            env, rt.pool_path, e ? strerror(-e) : "the file system refuses O_DIRECT");
