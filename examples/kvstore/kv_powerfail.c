@@ -497,6 +497,7 @@ typedef struct pf_thread {
 } pf_thread;
 
 static _Atomic int pf_stop;
+static _Atomic unsigned pf_running; /* client threads still issuing commands */
 
 static void *pf_main(void *arg)
 {
@@ -508,17 +509,22 @@ static void *pf_main(void *arg)
     while (!atomic_load(&pf_stop)) {
         rng = kvw_mix(rng + 1);
         if ((rng % 100) < O.update_pct) {
-            if (kv_acked_put(w->id, &s, a, val) != 0)
+            if (kv_acked_put(w->id, &s, a, val) != 0) {
+                fprintf(stderr, "powerfail: client %u: put failed: %s\n", w->id, mango_last_error());
                 break;
+            }
         } else {
             kv_fixed_cmd c = {.op = KV_GET, .index = (uint32_t)((rng >> 8) % O.values), .client = w->id,
                               .out = out};
-            if (mango_client_cmd(&c) != 0)
+            if (mango_client_cmd(&c) != 0) {
+                fprintf(stderr, "powerfail: client %u: get failed: %s\n", w->id, mango_last_error());
                 break;
+            }
         }
     }
     free(val);
     free(out);
+    atomic_fetch_sub(&pf_running, 1);
     return NULL;
 }
 
@@ -555,22 +561,37 @@ int run_powerfail(void)
         return 2;
     }
     pf_thread *w = calloc(O.threads, sizeof *w);
+    atomic_store(&pf_running, O.threads);
     for (unsigned i = 0; i < O.threads; i++) {
         w[i].id = i;
         pthread_create(&w[i].th, NULL, pf_main, &w[i]);
     }
     unsigned last = 0;
-    while (S.images < S.target) {
-        usleep(20000);
-        if (!O.quiet && S.images / 50 != last / 50) {
-            fprintf(stderr, "powerfail: %u/%u images, %u violations\n", S.images, S.target,
-                    S.violations);
+    bool clients_failed = false;
+    for (;;) {
+        pthread_mutex_lock(&S.mu);
+        unsigned images = S.images, violations = S.violations;
+        pthread_mutex_unlock(&S.mu);
+        if (images >= S.target)
+            break;
+        if (atomic_load(&pf_running) == 0) { /* every client stopped on an error: no more images */
+            fprintf(stderr, "powerfail: every client stopped on an error after %u of %u images\n",
+                    images, S.target);
+            clients_failed = true;
+            break;
         }
-        last = S.images;
+        usleep(20000);
+        if (!O.quiet && images / 50 != last / 50)
+            fprintf(stderr, "powerfail: %u/%u images, %u violations\n", images, S.target, violations);
+        last = images;
     }
     atomic_store(&pf_stop, 1);
     for (unsigned i = 0; i < O.threads; i++)
         pthread_join(w[i].th, NULL);
+    if (clients_failed) {
+        persist_set_observer(NULL);
+        return 2;
+    }
     /* Shut down with the observer still on: the backend's last round and the
      * clean head are followed too, so the model ends where the file ends. */
     int down = mango_shutdown();
