@@ -590,6 +590,10 @@ int run_powerfail(void)
         pthread_join(w[i].th, NULL);
     if (clients_failed) {
         persist_set_observer(NULL);
+        unlink(live_ack_path);
+        unlink(S.ack_path);
+        unlink(S.img_path);
+        unlink(O.pool);
         return 2;
     }
     /* Shut down with the observer still on: the backend's last round and the
