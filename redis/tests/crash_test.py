@@ -50,7 +50,7 @@ def log(msg):
     print(f"crash: {msg}", flush=True)
 
 
-from redis_net import free_port, ping  # noqa: E402  (shared with the other driver)
+from redis_net import free_port, wait_for_ping  # noqa: E402  (shared with the other driver)
 
 
 class Server:
@@ -80,13 +80,8 @@ class Server:
                 [self.args.server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                  "--appendonly", "no", "--daemonize", "no", "--logfile", logf, "--dir", self.work],
                 env=self.env, stdin=subprocess.DEVNULL)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if ping(self.port):
-                    return self.state()
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.02)
+            if wait_for_ping(self.proc, self.port, step=0.02):
+                return self.state()
             self.kill()
             text = open(logf, errors="replace").read() if os.path.exists(logf) else ""
             if "Address already in use" not in text:

@@ -1,6 +1,8 @@
-"""redis_net.py -- the two socket helpers the Redis test drivers share
-(crash_test.py, test_functional.py): a free TCP port, and a raw-RESP PING."""
+"""redis_net.py -- the socket helpers the Redis test drivers share
+(crash_test.py, test_functional.py): a free TCP port, a raw-RESP PING, and
+waiting for a starting server to answer it."""
 import socket
+import time
 
 
 def free_port():
@@ -16,3 +18,16 @@ def ping(port):
             return s.recv(64).startswith(b"+PONG")
     except OSError:
         return False
+
+
+def wait_for_ping(proc, port, timeout=30, step=0.01):
+    """True once the server on port answers PING; False if proc exits first
+    or timeout seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if ping(port):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(step)
+    return False

@@ -50,7 +50,7 @@ NDB = 16
 # --------------------------------------------------------------------------
 # server handling
 
-from redis_net import free_port, ping  # noqa: E402  (shared with the other driver)
+from redis_net import free_port, wait_for_ping  # noqa: E402  (shared with the other driver)
 
 
 class DurableServer:
@@ -83,13 +83,8 @@ class DurableServer:
                      # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
                      "--crash-memcheck-enabled", "no"],
                     env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                if ping(self.port):
-                    return self.state()
-                if self.proc.poll() is not None:
-                    break
-                time.sleep(0.01)
+            if wait_for_ping(self.proc, self.port, step=0.01):
+                return self.state()
             self._reap(signal.SIGKILL)
             if "Address already in use" not in self.logtext():
                 pytest.fail(f"server did not start (run {self.runs}):\n{self.logtext()[-3000:]}")
