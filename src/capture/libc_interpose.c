@@ -86,6 +86,14 @@
             mango_capture((const void *)(p), (size_t)(n));                       \
     } while (0)
 
+/* A copy onto itself (d == s) writes no new byte: Redis's listpack replaces
+ * an element in place by memmoving the whole tail onto itself. */
+#define CAPTURE_COPY(d, s, n)                                                    \
+    do {                                                                         \
+        if (unlikely(mango_capture_active) && (const void *)(d) != (const void *)(s)) \
+            mango_capture((const void *)(d), (size_t)(n));                       \
+    } while (0)
+
 /* ---- glibc's second names (not overridden here, so they reach libc) ---- */
 
 extern void *__mempcpy(void *d, const void *s, size_t n);
@@ -441,7 +449,7 @@ static void capture_asprintf(char **p, int r)
 
 void *memcpy(void *restrict d, const void *restrict s, size_t n)
 {
-    CAPTURE(d, n);
+    CAPTURE_COPY(d, s, n);
     typeof(memcpy) *f = REAL_OR_NULL(memcpy);
     if (unlikely(!f))
         return fb_memmove(d, s, n);
@@ -450,7 +458,7 @@ void *memcpy(void *restrict d, const void *restrict s, size_t n)
 
 void *memmove(void *d, const void *s, size_t n)
 {
-    CAPTURE(d, n);
+    CAPTURE_COPY(d, s, n);
     typeof(memmove) *f = REAL_OR_NULL(memmove);
     if (unlikely(!f))
         return fb_memmove(d, s, n);
@@ -625,13 +633,13 @@ int __xpg_strerror_r(int err, char *buf, size_t n)
 
 wchar_t *wmemcpy(wchar_t *restrict d, const wchar_t *restrict s, size_t n)
 {
-    CAPTURE(d, n * sizeof(wchar_t));
+    CAPTURE_COPY(d, s, n * sizeof(wchar_t));
     return REAL(wmemcpy)(d, s, n);
 }
 
 wchar_t *wmemmove(wchar_t *d, const wchar_t *s, size_t n)
 {
-    CAPTURE(d, n * sizeof(wchar_t));
+    CAPTURE_COPY(d, s, n * sizeof(wchar_t));
     return REAL(wmemmove)(d, s, n);
 }
 
@@ -1039,13 +1047,13 @@ time_t time(time_t *t)
 
 void *__memcpy_chk(void *d, const void *s, size_t n, size_t dl)
 {
-    CAPTURE(d, n);
+    CAPTURE_COPY(d, s, n);
     return REAL(__memcpy_chk)(d, s, n, dl);
 }
 
 void *__memmove_chk(void *d, const void *s, size_t n, size_t dl)
 {
-    CAPTURE(d, n);
+    CAPTURE_COPY(d, s, n);
     return REAL(__memmove_chk)(d, s, n, dl);
 }
 

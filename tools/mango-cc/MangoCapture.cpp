@@ -122,11 +122,15 @@ struct Stats {
 
 // One range to capture. Len == nullptr means ConstLen is the length.
 // Lane >= 0: Ptr is a vector of pointers, capture its Lane-th element.
+// SameAs != nullptr (memcpy/memmove): nothing is written when Ptr == SameAs,
+// a copy onto itself (listpack's in-place replace memmoves its whole tail
+// onto itself), so the captured length is 0 then.
 struct Range {
   Value *Ptr;
   Value *Len;
   uint64_t ConstLen;
   int Lane;
+  Value *SameAs = nullptr;
 };
 
 struct Site {
@@ -278,12 +282,20 @@ bool MangoCapturePass::classify(Instruction &I, Site &Out) {
     if (!isDurableCandidate(Dst))
       return false;
     Value *Len = MI->getLength();
+    Value *Src = nullptr;
+    if (auto *MT = dyn_cast<AnyMemTransferInst>(MI))
+      Src = MT->getRawSource();
     if (auto *CI = dyn_cast<ConstantInt>(Len)) {
       if (CI->isZero())
         return false;
-      Out.Ranges.push_back({Dst, nullptr, CI->getZExtValue(), -1});
+      // Long copies take the slow path anyway: test them for a self-copy.
+      // Short ones keep the inline fast path (and merging).
+      if (Src && CI->getZExtValue() > MaxFastLen)
+        Out.Ranges.push_back({Dst, Len, 0, -1, Src});
+      else
+        Out.Ranges.push_back({Dst, nullptr, CI->getZExtValue(), -1});
     } else {
-      Out.Ranges.push_back({Dst, Len, 0, -1});
+      Out.Ranges.push_back({Dst, Len, 0, -1, Src});
     }
     ++S.MemIntrinsics;
   } else if (auto *II = dyn_cast<IntrinsicInst>(&I)) {
@@ -421,6 +433,18 @@ void MangoCapturePass::emitSegment(ArrayRef<Site> Seg) {
   };
   for (const Site &St : Seg) {
     for (const Range &R : St.Ranges) {
+      if (R.SameAs) {
+        // A copy onto itself changes nothing: capture 0 bytes (a variable
+        // length, so it takes the mango_capture() call, which returns at
+        // once for 0).
+        CB.SetCurrentDebugLocation(St.I->getDebugLoc());
+        Value *Self = CB.CreateICmpEQ(R.Ptr, R.SameAs, "mango.selfcopy");
+        Value *L = CB.CreateZExtOrTrunc(R.Len, IntPtrTy);
+        Value *Len = CB.CreateSelect(Self, ConstantInt::get(IntPtrTy, 0), L,
+                                     "mango.len");
+        call(R.Ptr, Len, St.I->getDebugLoc());
+        continue;
+      }
       if (R.Len || R.Lane >= 0) {
         Value *P = laneOrPtr(CB, R);
         call(P, R.Len ? R.Len : ConstantInt::get(IntPtrTy, R.ConstLen),

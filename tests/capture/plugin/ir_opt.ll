@@ -54,11 +54,14 @@ define void @split_by_call(ptr %p) {
   ret void
 }
 
-; memset.inline, element-wise atomic memcpy (runtime i32 length), masked store.
+; memset.inline, element-wise atomic memcpy (runtime i32 length; 0 bytes when
+; it copies onto itself), masked store.
 ; CHECK-LABEL: define void @intrinsics(
 ; CHECK: load i8, ptr @mango_capture_active
+; CHECK-DAG: [[SELF:%.*]] = icmp eq ptr %q, %src
 ; CHECK-DAG: [[L:%.*]] = zext i32 %n to i64
-; CHECK-DAG: call void @mango_capture(ptr %q, i64 [[L]])
+; CHECK-DAG: [[LEN:%.*]] = select i1 [[SELF]], i64 0, i64 [[L]]
+; CHECK-DAG: call void @mango_capture(ptr %q, i64 [[LEN]])
 ; CHECK-DAG: call void @mango_capture(ptr %p, i64 32)
 ; CHECK-DAG: call void @mango_capture(ptr %r, i64 16)
 ; CHECK: ret void
@@ -66,6 +69,21 @@ define void @intrinsics(ptr %p, ptr %q, ptr %src, i32 %n, ptr %r, <4 x i32> %v, 
   call void @llvm.memset.inline.p0.i64(ptr %p, i8 0, i64 32, i1 false)
   call void @llvm.memcpy.element.unordered.atomic.p0.p0.i32(ptr align 4 %q, ptr align 4 %src, i32 %n, i32 4)
   call void @llvm.masked.store.v4i32.p0(<4 x i32> %v, ptr %r, i32 4, <4 x i1> %m)
+  ret void
+}
+
+; A copy onto itself writes nothing (Redis's listpack memmoves its tail onto
+; itself to replace an element in place): copies longer than the fast path's
+; 32 bytes capture 0 bytes then; short ones keep their constant length.
+; CHECK-LABEL: define void @self_copy(
+; CHECK-DAG: [[SELF:%.*]] = icmp eq ptr %p, %s
+; CHECK-DAG: [[LEN:%.*]] = select i1 [[SELF]], i64 0, i64 100
+; CHECK-DAG: call void @mango_capture(ptr %p, i64 [[LEN]])
+; CHECK-DAG: call void @mango_capture(ptr %r, i64 16)
+; CHECK: ret void
+define void @self_copy(ptr %p, ptr %s, ptr %r, ptr %t) {
+  call void @llvm.memmove.p0.p0.i64(ptr %p, ptr %s, i64 100, i1 false)
+  call void @llvm.memcpy.p0.p0.i64(ptr %r, ptr %t, i64 16, i1 false)
   ret void
 }
 
@@ -120,6 +138,8 @@ define void @calls(ptr %p) {
 declare void @ext()
 declare void @ext_ptr(ptr)
 declare void @llvm.memset.inline.p0.i64(ptr, i8, i64, i1)
+declare void @llvm.memmove.p0.p0.i64(ptr, ptr, i64, i1)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 declare void @llvm.memcpy.element.unordered.atomic.p0.p0.i32(ptr, ptr, i32, i32)
 declare void @llvm.masked.store.v4i32.p0(<4 x i32>, ptr, i32, <4 x i1>)
 declare ptr @llvm.threadlocal.address.p0(ptr)
