@@ -68,6 +68,16 @@ typedef enum mango_persist_mode {
                              * failure that drops everything not yet synced */
 } mango_persist_mode;
 
+/* Scheduling of the backend thread, which applies the log to the pool in the
+ * background (docs/architecture.md, "Backend priority"). */
+typedef enum mango_backend_priority {
+    MANGO_BACKEND_PRIORITY_AUTO = 0, /* SCHED_IDLE, raised when the log fills, where the
+                                      * process may raise it (root, CAP_SYS_NICE,
+                                      * RLIMIT_NICE >= 20); else normal */
+    MANGO_BACKEND_PRIORITY_IDLE,     /* the same, but mango_init fails where it may not */
+    MANGO_BACKEND_PRIORITY_NORMAL,   /* always normal priority */
+} mango_backend_priority;
+
 typedef struct mango_config {
     const char *pool_path;   /* NULL: $MANGO_POOL, else /dev/shm/mango-<exe>.pool */
     size_t pool_size;        /* bytes for a new pool; 0: 1 GiB. Ignored on open. */
@@ -85,6 +95,8 @@ typedef struct mango_config {
      * first miss. Costs two passes over all durable bytes per batch. Counts
      * in mango_stats.verify_*. See docs/testing.md. */
     bool verify_capture;
+    /* Default AUTO; MANGO_BACKEND_PRIORITY=auto|idle|normal overrides it. */
+    mango_backend_priority backend_priority;
 } mango_config;
 
 void mango_config_default(mango_config *cfg);
@@ -204,6 +216,8 @@ typedef struct mango_stats {
     uint64_t verify_missed_blocks; /* changed durable blocks it found not captured */
     uint64_t pipelined_batches; /* batches sealed by mango_batch_submit, synced later */
     uint64_t pipeline_syncs;    /* syncs of the pipeline's sync thread (in frontend_syncs) */
+    uint64_t backend_lowered;   /* 1: the backend runs SCHED_IDLE between boosts */
+    uint64_t backend_boosts;    /* times the frontend raised it because the log filled */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

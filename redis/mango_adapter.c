@@ -100,11 +100,14 @@ static void mango_atexit(void)
         mango_stats s;
         mango_get_stats(&s);
         fprintf(stderr, "Mangosteen stats: batches=%llu rw_commands=%llu log_blocks=%llu log_bytes=%llu "
-                "frontend_syncs=%llu backend_syncs=%llu pipelined_batches=%llu pipeline_syncs=%llu\n",
+                "frontend_syncs=%llu backend_syncs=%llu pipelined_batches=%llu pipeline_syncs=%llu "
+                "log_full_waits=%llu backend_lowered=%llu backend_boosts=%llu\n",
                 (unsigned long long)s.batches, (unsigned long long)s.rw_commands,
                 (unsigned long long)s.log_blocks, (unsigned long long)s.log_bytes,
                 (unsigned long long)s.frontend_syncs, (unsigned long long)s.backend_syncs,
-                (unsigned long long)s.pipelined_batches, (unsigned long long)s.pipeline_syncs);
+                (unsigned long long)s.pipelined_batches, (unsigned long long)s.pipeline_syncs,
+                (unsigned long long)s.log_full_waits, (unsigned long long)s.backend_lowered,
+                (unsigned long long)s.backend_boosts);
     }
     mango_shutdown();
     mango_on = 0;

@@ -1,7 +1,9 @@
 /* backend.c -- the backend thread and the frame-apply function (backend.h). */
+#define _GNU_SOURCE /* SCHED_IDLE */
 #include "backend/backend.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <string.h>
 #include <time.h>
 
@@ -135,10 +137,69 @@ static bool has_pressure(backend *b, uint64_t committed)
            atomic_load(&b->stop);
 }
 
+/* ---- priority (backend.h) ---- */
+
+static int set_policy(pthread_t t, int policy)
+{
+    struct sched_param sp = {.sched_priority = 0};
+    return pthread_setschedparam(t, policy, &sp);
+}
+
+/* Can this process take a thread out of SCHED_IDLE again? Asked of a
+ * throwaway thread, so the answer covers capabilities, RLIMIT_NICE and any
+ * seccomp policy without risking the backend itself. */
+static void *probe_main(void *arg)
+{
+    bool *ok = arg;
+    *ok = set_policy(pthread_self(), SCHED_IDLE) == 0 && set_policy(pthread_self(), SCHED_OTHER) == 0;
+    return NULL;
+}
+
+static bool boost_permitted(void)
+{
+    bool ok = false;
+    pthread_t t;
+    if (pthread_create(&t, NULL, probe_main, &ok) != 0)
+        return false;
+    pthread_join(t, NULL);
+    return ok;
+}
+
+/* Frontend: raise a lowered backend to SCHED_OTHER (under b->mu). */
+static void boost_locked(backend *b)
+{
+    if (!b->lowered || atomic_load(&b->boosted))
+        return;
+    atomic_store(&b->boosted, 1);
+    atomic_fetch_add_explicit(&b->boosts, 1, memory_order_relaxed);
+    (void)set_policy(b->thread, SCHED_OTHER); /* permitted: probed at start */
+}
+
+/* Backend, after a round: lower itself again once it has caught up. */
+static void maybe_lower(backend *b)
+{
+    if (!b->lowered || !atomic_load(&b->boosted))
+        return;
+    uint64_t backlog = atomic_load(&b->log->committed_lsn) - b->applied_lsn;
+    if (backlog >= b->wake_bytes / 2 || atomic_load(&b->log->space_waiters) || atomic_load(&b->stop))
+        return;
+    pthread_mutex_lock(&b->mu);
+    atomic_store(&b->boosted, 0);
+    (void)set_policy(pthread_self(), SCHED_IDLE);
+    pthread_mutex_unlock(&b->mu);
+}
+
 static void *backend_main(void *arg)
 {
     backend *b = arg;
     redo_log *l = b->log;
+    pthread_setname_np(pthread_self(), "mango-backend"); /* top -H, tests */
+    if (b->lowered) {
+        pthread_mutex_lock(&b->mu);
+        if (!atomic_load(&b->boosted)) /* a boost may have come first */
+            (void)set_policy(pthread_self(), SCHED_IDLE);
+        pthread_mutex_unlock(&b->mu);
+    }
     for (;;) {
         uint64_t committed = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
         if (committed != b->applied_lsn) {
@@ -150,6 +211,7 @@ static void *backend_main(void *arg)
                 redo_log_release(l, atomic_load(&l->reusable_lsn)); /* wake waiters to fail */
                 return NULL;
             }
+            maybe_lower(b);
         }
         /* If the frontend waits for space that only lags because the older
          * head slot still names an older head, rewrite the head once. */
@@ -194,13 +256,22 @@ static void backend_kick(void *arg)
 {
     backend *b = arg;
     pthread_mutex_lock(&b->mu);
+    boost_locked(b); /* a writer waits for log space */
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);
 }
 
-int backend_start(backend *b, pool *p, redo_log *log)
+int backend_start(backend *b, pool *p, redo_log *log, backend_priority prio)
 {
     memset(b, 0, sizeof *b);
+    if (prio != BACKEND_PRIORITY_NORMAL) {
+        b->lowered = boost_permitted();
+        if (!b->lowered && prio == BACKEND_PRIORITY_IDLE)
+            return mango_error(MANGO_EINVAL,
+                               "backend priority 'idle' needs permission to raise a thread out of "
+                               "SCHED_IDLE again (root, CAP_SYS_NICE or RLIMIT_NICE >= 20); use "
+                               "'auto' or 'normal'");
+    }
     b->pool = p;
     b->log = log;
     b->applied_lsn = atomic_load(&log->committed_lsn);
@@ -225,11 +296,15 @@ int backend_start(backend *b, pool *p, redo_log *log)
 void backend_notify(backend *b)
 {
     int st = atomic_load(&b->sleeping);
-    if (st == BACKEND_IDLE ||
-        (st == BACKEND_TIMED &&
-         atomic_load_explicit(&b->log->committed_lsn, memory_order_relaxed) - b->applied_lsn >=
-             b->wake_bytes)) {
+    bool pressure = atomic_load_explicit(&b->log->committed_lsn, memory_order_relaxed) - b->applied_lsn >=
+                    b->wake_bytes;
+    /* A lowered backend that is behind is raised whatever it is doing: it may
+     * be runnable but starved, mid-round. */
+    bool boost = pressure && b->lowered && !atomic_load_explicit(&b->boosted, memory_order_relaxed);
+    if (st == BACKEND_IDLE || (st == BACKEND_TIMED && pressure) || boost) {
         pthread_mutex_lock(&b->mu);
+        if (pressure)
+            boost_locked(b);
         pthread_cond_signal(&b->cv);
         pthread_mutex_unlock(&b->mu);
     }
@@ -241,6 +316,7 @@ int backend_stop(backend *b, bool drain)
         return MANGO_OK;
     (void)drain; /* the thread drains everything committed before it looks at stop */
     pthread_mutex_lock(&b->mu);
+    boost_locked(b); /* the drain should not wait for idle CPU time */
     atomic_store(&b->stop, 1);
     pthread_cond_signal(&b->cv);
     pthread_mutex_unlock(&b->mu);

@@ -8,6 +8,16 @@
  * syncs the mirror, then persists the new log head and releases log space.
  * Two syncs per round, however many batches the round covers.
  * Recovery uses the same apply function to replay the log.
+ *
+ * Priority: the backend is background work -- nothing waits for it while the
+ * log has room. Where the process may raise a thread's priority again later
+ * (root, CAP_SYS_NICE or RLIMIT_NICE >= 20; probed at start), it runs as
+ * SCHED_IDLE and so takes only CPU time no other thread wants; the frontend
+ * raises it to SCHED_OTHER (a "boost") as soon as the unapplied log reaches
+ * wake_bytes, a writer waits for log space, or at stop, and the backend lowers
+ * itself again after a round that left less than half of wake_bytes. Where
+ * raising is not permitted it stays at normal priority: lowering it for good
+ * could starve it behind a busy machine while writers wait for log space.
  */
 #ifndef MANGO_BACKEND_H
 #define MANGO_BACKEND_H
@@ -19,6 +29,13 @@
 #include "pool/pool.h"
 
 enum { BACKEND_AWAKE = 0, BACKEND_TIMED = 1, BACKEND_IDLE = 2 };
+
+/* What backend_start should do about the thread's priority. */
+typedef enum backend_priority {
+    BACKEND_PRIORITY_AUTO = 0, /* idle where a boost is permitted, else normal */
+    BACKEND_PRIORITY_IDLE,     /* idle; backend_start fails where a boost is not permitted */
+    BACKEND_PRIORITY_NORMAL,   /* always SCHED_OTHER (comparisons, or by choice) */
+} backend_priority;
 
 typedef struct backend {
     pool *pool;
@@ -36,6 +53,9 @@ typedef struct backend {
     _Atomic int error; /* MANGO_E* once the backend failed */
     uint64_t rounds;
     uint64_t syncs; /* mirror + head syncs issued */
+    bool lowered;          /* runs SCHED_IDLE between boosts (backend_priority) */
+    _Atomic int boosted;   /* lowered, and raised to SCHED_OTHER until it catches up */
+    _Atomic uint64_t boosts; /* times the frontend raised it */
 } backend;
 
 /* Check that every block of a frame lies in a durable region (writes nothing). */
@@ -43,7 +63,7 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
 /* Apply one frame to the mirror; flushed ranges accumulate in r. */
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
 
-int backend_start(backend *b, pool *p, redo_log *log);
+int backend_start(backend *b, pool *p, redo_log *log, backend_priority prio);
 /* Frontend: a commit was published. Cheap unless the backend sleeps. */
 void backend_notify(backend *b);
 /* Stop; with drain, apply everything committed first and mark the head clean. */

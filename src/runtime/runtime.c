@@ -310,6 +310,30 @@ static int setup_fs_log_writes(pool *p)
     return MANGO_OK; /* a window of another kind, or none: msync as the rest of the pool */
 }
 
+/* The backend's priority: the configuration's, or MANGO_BACKEND_PRIORITY. */
+static int backend_priority_of(const mango_config *cfg, backend_priority *out)
+{
+    switch (cfg->backend_priority) {
+    case MANGO_BACKEND_PRIORITY_AUTO: *out = BACKEND_PRIORITY_AUTO; break;
+    case MANGO_BACKEND_PRIORITY_IDLE: *out = BACKEND_PRIORITY_IDLE; break;
+    case MANGO_BACKEND_PRIORITY_NORMAL: *out = BACKEND_PRIORITY_NORMAL; break;
+    default:
+        return mango_error(MANGO_EINVAL, "unknown backend_priority %d", (int)cfg->backend_priority);
+    }
+    const char *env = getenv("MANGO_BACKEND_PRIORITY");
+    if (!env || !*env)
+        return MANGO_OK;
+    if (strcmp(env, "auto") == 0)
+        *out = BACKEND_PRIORITY_AUTO;
+    else if (strcmp(env, "idle") == 0)
+        *out = BACKEND_PRIORITY_IDLE;
+    else if (strcmp(env, "normal") == 0)
+        *out = BACKEND_PRIORITY_NORMAL;
+    else
+        return mango_error(MANGO_EINVAL, "MANGO_BACKEND_PRIORITY=%s: expected auto, idle or normal", env);
+    return MANGO_OK;
+}
+
 /* The log ring of a new pool when the configuration leaves it 0. On a disk
  * (fs mode) the log is also the checkpoint distance: the backend writes the
  * mirror once per quarter of the log (backend.c), and every round rewrites
@@ -443,7 +467,11 @@ static int open_durable(const mango_config *cfg, int *status)
     rc = setup_fs_log_writes(p);
     if (rc)
         goto fail_heap;
-    rc = backend_start(&rt.backend, p, &rt.log);
+    backend_priority prio;
+    rc = backend_priority_of(cfg, &prio);
+    if (rc)
+        goto fail_heap;
+    rc = backend_start(&rt.backend, p, &rt.log, prio);
     if (rc)
         goto fail_heap;
     rc = pipeline_start(&rt.pipe, &rt.log, p->pd.mode == PERSIST_FS || p->pd.mode == PERSIST_SIM,
@@ -713,5 +741,7 @@ void mango_get_stats(mango_stats *out)
     out->pipeline_syncs = rt.pipe.deferred_syncs;
     out->commit_ns_total = rt.commit_ns;
     out->backend_syncs = rt.backend.syncs;
+    out->backend_lowered = rt.backend.lowered;
+    out->backend_boosts = atomic_load_explicit(&rt.backend.boosts, memory_order_relaxed);
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
 }
