@@ -262,6 +262,21 @@ def cell_value(rows, system, clients, mix, key="ops_per_sec"):
                 and r["mix"] == mix], key)
 
 
+def paired_ratios(rows, a, b, clients, mix, key="ops_per_sec"):
+    """a/b per repetition (the systems of one repetition ran back to back)."""
+    def by_rep(system):
+        return {int(r["rep"]): float(r[key]) for r in rows
+                if r["system"] == system and int(r["clients"]) == clients and r["mix"] == mix
+                and r.get("status") == "ok"}
+    ra, rb = by_rep(a), by_rep(b)
+    return [ra[k] / rb[k] for k in sorted(ra) if k in rb and rb[k] > 0]
+
+
+def fmt_spread(v):
+    """' (min–max)' of per-repetition ratios; '' with fewer than two."""
+    return "" if len(v) < 2 else " (%.2f–%.2f)" % (min(v), max(v))
+
+
 def fmt_k(x):
     return "–" if x != x else "%.1f" % (x / 1000.0)
 
@@ -327,16 +342,19 @@ def write_md(args, rows, path, meta, recovery_rows):
         if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
             ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
         if ratio_cols:
-            out.append("Throughput ratios (%d client%s):\n" % (c, "" if c == 1 else "s"))
+            out.append("Throughput ratios (%d client%s; ratio of the medians, then in parentheses the "
+                       "lowest and highest ratio of one repetition's runs):\n" % (c, "" if c == 1 else "s"))
             out.append("| mix | " + " | ".join("%s / %s" % rc for rc in ratio_cols) +
                        (" | p99 durable-fs / aof-always |" if ("durable-fs", "stock-aof-always") in ratio_cols else " |"))
             n = len(ratio_cols) + (1 if ("durable-fs", "stock-aof-always") in ratio_cols else 0)
             out.append("|---|" + "---|" * n)
             for m in mixes:
-                vals = [fmt_ratio(cell_value(rows, a, c, m) / cell_value(rows, b, c, m)) for a, b in ratio_cols]
+                vals = [fmt_ratio(cell_value(rows, a, c, m) / cell_value(rows, b, c, m)) +
+                        fmt_spread(paired_ratios(rows, a, b, c, m)) for a, b in ratio_cols]
                 if ("durable-fs", "stock-aof-always") in ratio_cols:
                     vals.append(fmt_ratio(cell_value(rows, "durable-fs", c, m, "p99_us") /
-                                          cell_value(rows, "stock-aof-always", c, m, "p99_us")))
+                                          cell_value(rows, "stock-aof-always", c, m, "p99_us")) +
+                                fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", c, m, "p99_us")))
                 out.append("| %s | %s |" % (m, " | ".join(vals)))
             out.append("")
 
@@ -368,7 +386,9 @@ def goal_lines(rows, clients_l):
             parts = []
             for c in clients_l:
                 x = ratio("durable-emulated", "stock-none", c, m)
-                parts.append("%d client%s %.2fx (%s)" % (c, "" if c == 1 else "s", x, "met" if x >= goal else "MISSED"))
+                v = paired_ratios(rows, "durable-emulated", "stock-none", c, m)
+                parts.append("%d client%s %.2fx%s (%s)" % (c, "" if c == 1 else "s", x, fmt_spread(v),
+                                                           "met" if x >= goal else "MISSED"))
             out.append("- emulated >= %.1fx no-persistence at %s: %s" % (goal, label, "; ".join(parts)))
     if {"durable-fs", "stock-aof-always"} <= have and 32 in clients_l:
         parts = []
@@ -376,7 +396,10 @@ def goal_lines(rows, clients_l):
             x = ratio("durable-fs", "stock-aof-always", 32, m)
             p = ratio("durable-fs", "stock-aof-always", 32, m, "p99_us")
             ok = x >= 1.5 and p <= 1.0
-            parts.append("%s %.2fx, p99 %.2fx (%s)" % (m, x, p, "met" if ok else "MISSED"))
+            parts.append("%s %.2fx%s, p99 %.2fx%s (%s)" % (
+                m, x, fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", 32, m)), p,
+                fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", 32, m, "p99_us")),
+                "met" if ok else "MISSED"))
         out.append("- durable-fs >= 1.5x AOF-always at 32 clients with p99 no worse "
                    "(throughput ratio, p99 ratio fs/aof): " + "; ".join(parts))
     if not out:
