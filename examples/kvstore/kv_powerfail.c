@@ -67,6 +67,10 @@ typedef struct sim {
     uint64_t label_events[32], label_images[32];
     unsigned n_labels;
     unsigned images, target;
+    /* Images of the busy points per backend round (head.sync ends one): at
+     * most round_cap, so the first round -- the initial state, thousands of
+     * blocks -- cannot take most of the budget from the steady state. */
+    unsigned round_images, round_cap, rounds, first_round_images;
     unsigned violations;
     char first_violation[160];
     /* where images go */
@@ -188,13 +192,19 @@ static unsigned label_index(const char *what)
 
 /* How many images to cut at the k-th event of a label: three for k = 1..10,
  * then one every 10th up to 100, then every 100th: every ordering point gets
- * images, the busy ones no more than their share. */
+ * images, the busy ones no more than their share. The busy ones' images (past
+ * their first ten events) also count against the round's cap; the first ten
+ * of every point always get theirs, however busy the round. */
 static unsigned sample(unsigned li)
 {
     uint64_t k = ++S.label_events[li];
     if (k <= 10)
         return 3; /* rare points (head writes, PAD frames): several images each */
-    return (k <= 100 && k % 10 == 0) || k % 100 == 0;
+    unsigned n = (k <= 100 && k % 10 == 0) || k % 100 == 0;
+    if (n && S.round_images >= S.round_cap)
+        return 0;
+    S.round_images += n;
+    return n;
 }
 
 static int spawn_wait(char *const argv[])
@@ -338,8 +348,14 @@ static void observer(persist_event ev, const void *addr, size_t len, const char 
         return;
     }
     unsigned li = label_index(label);
+    if (ev == PERSIST_EV_SYNC && !strcmp(where, "head.sync")) {
+        S.rounds++; /* a backend round ends (or the clean head at shutdown) */
+        S.round_images = 0;
+    }
     for (unsigned n = sample(li); n > 0 && S.images < S.target; n--) {
         S.label_images[li]++;
+        if (S.rounds == 0)
+            S.first_round_images++;
         cut_image(label, "workload");
     }
     pthread_mutex_unlock(&S.mu);
@@ -541,6 +557,7 @@ int run_powerfail(void)
     pthread_mutex_init(&S.mu, NULL);
     S.rng = O.seed;
     S.target = O.images;
+    S.round_cap = O.images / 10 > 10 ? O.images / 10 : 10;
     S.recovery_crashes = O.recovery_crashes;
     snprintf(S.img_path, sizeof S.img_path, "%s.img", O.pool);
     snprintf(S.ack_path, sizeof S.ack_path, "%s.img.ack", O.pool);
@@ -607,6 +624,8 @@ int run_powerfail(void)
     if (S.violations)
         printf("powerfail: first violation: %s\n", S.first_violation);
     uint64_t drift = down == 0 ? check_model(O.pool) : 0;
+    printf("backend rounds seen: %u; images before the first round ended: %u (busy points' images "
+           "capped at %u per round)\n", S.rounds, S.first_round_images, S.round_cap);
     printf("images=%u violations=%u\n", S.images, S.violations);
     unlink(live_ack_path);
     unlink(S.ack_path);
