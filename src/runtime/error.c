@@ -30,6 +30,17 @@ void mango_error_adopt_fatal(void)
     pthread_mutex_unlock(&fatal_mu);
 }
 
+int mango_error_stopped(void)
+{
+    char why[sizeof fatal_error];
+    pthread_mutex_lock(&fatal_mu);
+    snprintf(why, sizeof why, "%s", fatal_error);
+    pthread_mutex_unlock(&fatal_mu);
+    if (why[0])
+        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error: %s", why);
+    return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+}
+
 void mango_error_reset_fatal(void)
 {
     pthread_mutex_lock(&fatal_mu);

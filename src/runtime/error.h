@@ -13,4 +13,7 @@ void mango_error_publish_fatal(void);
  * stopping error's message this thread's last error. */
 void mango_error_adopt_fatal(void);
 void mango_error_reset_fatal(void); /* mango_init */
+/* A call made after the runtime stopped: MANGO_EFAILED, with the stopping
+ * error's message appended so that every later failure still says why. */
+int mango_error_stopped(void);
 #endif

@@ -165,7 +165,7 @@ static int batch_begin(void *arg, unsigned n)
 {
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
-        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+        return mango_error_stopped();
     if (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_RELAXED))
         return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
@@ -575,7 +575,7 @@ int mango_client_cmd(void *ctx)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
-        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+        return mango_error_stopped();
     int rc = fc_execute(rt.fc, ctx);
     if (rc < 0 && atomic_load(&rt.failed))
         mango_error_adopt_fatal(); /* the combiner that failed was another thread */
@@ -592,7 +592,7 @@ int mango_batch_begin(void)
         return mango_error(MANGO_EINVAL, "mango_batch_begin: a batch is already open on this thread");
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
-        return mango_error(MANGO_EFAILED, "the runtime stopped accepting writes after an error");
+        return mango_error_stopped();
     int rc = fc_exclusive_begin(rt.fc);
     if (rc == MANGO_OK)
         batch_open_here = true;
