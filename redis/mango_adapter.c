@@ -228,6 +228,14 @@ void mangoCommit(void)
 void mangoNoteReply(client *c)
 {
     if (!mango_on) return;
+    /* Inline commits with no batch open: everything submitted is durable, so
+     * nothing can hold this reply, nor the client's earlier output. Ticket 0
+     * says so (the field is not initialised by createClient: always set it).
+     * Called once per addReply*: an HGETALL of 10 fields calls it 21 times. */
+    if (!pipelined && !mango_batch_open()) {
+        c->mango_ticket = 0;
+        return;
+    }
     uint64_t t;
     if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
