@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pool/crc32c.h"
 #include "runtime/error.h"
@@ -199,7 +200,7 @@ static void drop_released_pages(redo_log *l, uint64_t lo, uint64_t hi)
     persist_domain *d = &l->pool->pd;
     if (!d->wt_hi)
         return;
-    const uint64_t pg = 4096;
+    const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE); /* madvise needs whole pages */
     lo = (lo + pg - 1) / pg * pg;
     if (lo < l->dropped_lsn)
         lo = l->dropped_lsn;
