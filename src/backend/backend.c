@@ -261,12 +261,12 @@ static void backend_kick(void *arg)
     pthread_mutex_unlock(&b->mu);
 }
 
-int backend_start(backend *b, pool *p, redo_log *log, backend_priority prio)
+int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority prio)
 {
     memset(b, 0, sizeof *b);
-    if (prio != BACKEND_PRIORITY_NORMAL) {
+    if (prio != MANGO_BACKEND_PRIORITY_NORMAL) {
         b->lowered = boost_permitted();
-        if (!b->lowered && prio == BACKEND_PRIORITY_IDLE)
+        if (!b->lowered && prio == MANGO_BACKEND_PRIORITY_IDLE)
             return mango_error(MANGO_EINVAL,
                                "backend priority 'idle' needs permission to raise a thread out of "
                                "SCHED_IDLE again (root, CAP_SYS_NICE or RLIMIT_NICE >= 20); use "

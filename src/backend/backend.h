@@ -26,16 +26,10 @@
 #include <stdbool.h>
 
 #include "log/redo_log.h"
+#include "mango.h"
 #include "pool/pool.h"
 
 enum { BACKEND_AWAKE = 0, BACKEND_TIMED = 1, BACKEND_IDLE = 2 };
-
-/* What backend_start should do about the thread's priority. */
-typedef enum backend_priority {
-    BACKEND_PRIORITY_AUTO = 0, /* idle where a boost is permitted, else normal */
-    BACKEND_PRIORITY_IDLE,     /* idle; backend_start fails where a boost is not permitted */
-    BACKEND_PRIORITY_NORMAL,   /* always SCHED_OTHER (comparisons, or by choice) */
-} backend_priority;
 
 typedef struct backend {
     pool *pool;
@@ -53,7 +47,7 @@ typedef struct backend {
     _Atomic int error; /* MANGO_E* once the backend failed */
     uint64_t rounds;
     uint64_t syncs; /* mirror + head syncs issued */
-    bool lowered;          /* runs SCHED_IDLE between boosts (backend_priority) */
+    bool lowered;          /* runs SCHED_IDLE between boosts (mango_backend_priority) */
     _Atomic int boosted;   /* lowered, and raised to SCHED_OTHER until it catches up */
     _Atomic uint64_t boosts; /* times the frontend raised it */
 } backend;
@@ -63,7 +57,9 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
 /* Apply one frame to the mirror; flushed ranges accumulate in r. */
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
 
-int backend_start(backend *b, pool *p, redo_log *log, backend_priority prio);
+/* prio (mango.h): AUTO lowers the thread where a boost is permitted; IDLE
+ * fails where it is not; NORMAL never lowers it. */
+int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority prio);
 /* Frontend: a commit was published. Cheap unless the backend sleeps. */
 void backend_notify(backend *b);
 /* Stop; with drain, apply everything committed first and mark the head clean. */

@@ -311,24 +311,21 @@ static int setup_fs_log_writes(pool *p)
 }
 
 /* The backend's priority: the configuration's, or MANGO_BACKEND_PRIORITY. */
-static int backend_priority_of(const mango_config *cfg, backend_priority *out)
+static int backend_priority_of(const mango_config *cfg, mango_backend_priority *out)
 {
-    switch (cfg->backend_priority) {
-    case MANGO_BACKEND_PRIORITY_AUTO: *out = BACKEND_PRIORITY_AUTO; break;
-    case MANGO_BACKEND_PRIORITY_IDLE: *out = BACKEND_PRIORITY_IDLE; break;
-    case MANGO_BACKEND_PRIORITY_NORMAL: *out = BACKEND_PRIORITY_NORMAL; break;
-    default:
+    *out = cfg->backend_priority;
+    if (*out != MANGO_BACKEND_PRIORITY_AUTO && *out != MANGO_BACKEND_PRIORITY_IDLE &&
+        *out != MANGO_BACKEND_PRIORITY_NORMAL)
         return mango_error(MANGO_EINVAL, "unknown backend_priority %d", (int)cfg->backend_priority);
-    }
     const char *env = getenv("MANGO_BACKEND_PRIORITY");
     if (!env || !*env)
         return MANGO_OK;
     if (strcmp(env, "auto") == 0)
-        *out = BACKEND_PRIORITY_AUTO;
+        *out = MANGO_BACKEND_PRIORITY_AUTO;
     else if (strcmp(env, "idle") == 0)
-        *out = BACKEND_PRIORITY_IDLE;
+        *out = MANGO_BACKEND_PRIORITY_IDLE;
     else if (strcmp(env, "normal") == 0)
-        *out = BACKEND_PRIORITY_NORMAL;
+        *out = MANGO_BACKEND_PRIORITY_NORMAL;
     else
         return mango_error(MANGO_EINVAL, "MANGO_BACKEND_PRIORITY=%s: expected auto, idle or normal", env);
     return MANGO_OK;
@@ -467,7 +464,7 @@ static int open_durable(const mango_config *cfg, int *status)
     rc = setup_fs_log_writes(p);
     if (rc)
         goto fail_heap;
-    backend_priority prio;
+    mango_backend_priority prio;
     rc = backend_priority_of(cfg, &prio);
     if (rc)
         goto fail_heap;
