@@ -61,6 +61,10 @@ static int mango_recovered; /* the pool held a state */
 static int write_depth;     /* nesting of write sections */
 static uintptr_t heap_lo, heap_hi;
 static char init_msg[512];  /* logged once logging is configured */
+/* Test hook (redis/tests): MANGO_REDIS_TEST_COPYING_COMMAND=NAME lists one
+ * more command as copying its arguments, so a test can list one that keeps
+ * them (SET) and see the check stop the server (copies_argument_bytes). */
+static const char *test_copying_command;
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -117,6 +121,7 @@ void mangoRedisInit(void)
 {
     mango_config cfg;
     mango_config_default(&cfg);
+    test_copying_command = getenv("MANGO_REDIS_TEST_COPYING_COMMAND");
     const char *mode = getenv("MANGO_MODE");
     if (!mode || !*mode || !strcasecmp(mode, "emulated")) cfg.mode = MANGO_PERSIST_EMULATED;
     else if (!strcasecmp(mode, "auto")) cfg.mode = MANGO_PERSIST_AUTO;
@@ -275,12 +280,93 @@ int mangoDictMayRehash(const void *d)
     return p < heap_lo || p >= heap_hi; /* transient dicts rehash any time */
 }
 
+/* ---- arguments of write commands -----------------------------------------
+ *
+ * A write command may keep an argument object in the keyspace (SET stores
+ * argv[2] itself), so by default every transient argument of a write command
+ * is copied into the durable heap before it runs (durable_argv): a durable
+ * allocation, a captured copy and, after the command, a captured free per
+ * argument. The commands below only ever copy their arguments' bytes (HSET's
+ * HASH_SET_COPY, dbAdd's sdsdup of the key, quicklist, listpack, intset and
+ * skiplist inserts) and never rewrite their argument vector, so their
+ * arguments stay transient. Every such command is checked when it ends
+ * (check_transient_argv): the vector, its objects and their reference counts
+ * must be unchanged, or a durable structure could point at memory a crash
+ * loses, and the server stops before the batch commits. Two cases keep
+ * references past the command, so every argument is made durable as before:
+ * AOF or replication (propagation) and blocked clients (a push to a key they
+ * wait on queues the key object in server.ready_keys). */
+#define TRANSIENT_ARGV_DEPTH 8
+static struct {
+    robj **argv;
+    int argc;
+    uint64_t sum; /* position-weighted sum of the transient argument pointers */
+} transient_argv[TRANSIENT_ARGV_DEPTH];
+
+static int copies_argument_bytes(const struct redisCommand *cmd)
+{
+    if (test_copying_command && !strcasecmp(cmd->fullname, test_copying_command)) return 1;
+    redisCommandProc *p = cmd->proc;
+    return p == hsetCommand || p == hsetnxCommand || p == hincrbyCommand || p == hdelCommand ||
+           p == lpushCommand || p == rpushCommand || p == lpushxCommand || p == rpushxCommand ||
+           p == saddCommand || p == sremCommand || p == zaddCommand || p == zremCommand ||
+           p == incrCommand || p == decrCommand || p == incrbyCommand || p == decrbyCommand ||
+           p == delCommand || p == unlinkCommand;
+}
+
+static int is_durable_ptr(const void *o)
+{
+    uintptr_t p = (uintptr_t)o;
+    return p >= heap_lo && p < heap_hi;
+}
+
+/* The transient arguments' fingerprint; -1 if one is shared (refcount != 1). */
+static int transient_argv_sum(client *c, uint64_t *sum)
+{
+    uint64_t s = 0;
+    for (int j = 1; j < c->argc; j++) {
+        robj *o = c->argv[j];
+        if (is_durable_ptr(o)) continue;
+        if (o->refcount != 1) return -1;
+        s += (uint64_t)(uintptr_t)o * (uint64_t)(2 * j + 1);
+    }
+    *sum = s;
+    return 0;
+}
+
+/* 1: c's arguments may stay transient (recorded for check_transient_argv). */
+static int keep_transient_argv(client *c)
+{
+    if (call_depth > TRANSIENT_ARGV_DEPTH || !copies_argument_bytes(c->cmd)) return 0;
+    if (server.aof_state != AOF_OFF || server.repl_backlog != NULL || listLength(server.slaves) != 0)
+        return 0;
+    if (server.blocked_clients != 0)
+        return 0; /* signalKeyAsReady() keeps the key object until the blocked clients are served */
+    uint64_t sum;
+    if (transient_argv_sum(c, &sum) != 0) return 0;
+    transient_argv[call_depth - 1].argv = c->argv;
+    transient_argv[call_depth - 1].argc = c->argc;
+    transient_argv[call_depth - 1].sum = sum;
+    return 1;
+}
+
+static void check_transient_argv(client *c)
+{
+    uint64_t sum = 0;
+    if (c->argv == transient_argv[call_depth - 1].argv && c->argc == transient_argv[call_depth - 1].argc &&
+        transient_argv_sum(c, &sum) == 0 && sum == transient_argv[call_depth - 1].sum)
+        return;
+    serverLog(LL_WARNING, "Mangosteen: %s kept or replaced a transient argument; the durable state could "
+              "point at memory a crash loses. Stopping before the batch commits (a bug in the "
+              "adapter's list of commands that copy their arguments).", c->cmd->fullname);
+    _exit(1);
+}
+
 static void durable_argv(client *c)
 {
     for (int j = 1; j < c->argc; j++) { /* argv[0], the command name, is never stored */
         robj *o = c->argv[j];
-        uintptr_t p = (uintptr_t)o;
-        if (p >= heap_lo && p < heap_hi) continue; /* already durable */
+        if (is_durable_ptr(o)) continue; /* already durable */
         if (o->type != OBJ_STRING) continue;
         c->argv[j] = dupStringObject(o);
         decrRefCount(o);
@@ -383,7 +469,8 @@ int mangoCallBegin(client *c)
     call_depth++;
     if (write) {
         mangoWriteBegin();
-        durable_argv(c);
+        if (keep_transient_argv(c)) write = 2; /* checked in mangoCallEnd */
+        else durable_argv(c);
         uint64_t t = mango_reply_ticket(); /* the open batch's */
         if (t > cmd_dep) cmd_dep = t;
         if (pipelined) {
@@ -405,6 +492,7 @@ void mangoCallEnd(client *c, int write)
 {
     UNUSED(c);
     if (!mango_on) return;
+    if (write == 2) check_transient_argv(c);
     if (write) mangoWriteEnd();
     if (--call_depth == 0) cmd_dep = 0;
 }

@@ -37,7 +37,7 @@ struct client;
  * copies (Redis stores them in the keyspace as they are, e.g. SET's value),
  * and its keys stamped with the open batch's ticket. A read command's replies
  * depend only on the batches that last wrote its keys (see the .c file).
- * Returns whether the command is a write (pass it to mangoCallEnd). */
+ * Returns nonzero for a write command (pass it to mangoCallEnd). */
 int mangoCallBegin(struct client *c);
 void mangoCallEnd(struct client *c, int write);
 /* End the pass's batch, if one is open, without waiting for it to be

@@ -34,7 +34,7 @@ import pytest
 
 try:
     from redis import Redis
-    from redis.exceptions import ExecAbortError, ResponseError, WatchError
+    from redis.exceptions import ConnectionError as RedisConnectionError, ExecAbortError, ResponseError, WatchError
 except ImportError:  # also: the repository's redis/ directory seen as a namespace package
     pytest.exit(f"redis-py is not importable by {sys.executable}: install python3-redis "
                 "(scripts/setup.sh) and run the tests with Debian's /usr/bin/python3", returncode=2)
@@ -170,9 +170,10 @@ class DurableServer:
 def server_factory():
     made = []
 
-    def make(mode="emulated"):
+    def make(mode="emulated", env=None):
         pooldir = FS_DIR if mode == "fs" else SHM_DIR
         s = DurableServer(mode, pooldir)
+        s.env.update(env or {})
         made.append(s)
         assert s.start() == "FRESH"
         return s
@@ -917,6 +918,40 @@ def blocked_call(srv, fn):
     t = threading.Thread(target=lambda: out.__setitem__("r", fn(c)), daemon=True)
     t.start()
     return t, out
+
+
+def test_kept_transient_argument_stops_the_server(server_factory):
+    """Listed write commands (HSET, LPUSH, ...) run on their transient
+    arguments, and the adapter checks after each that it kept none. The test
+    hook lists SET, which keeps its value object in the keyspace: the check
+    must stop the server before the batch commits, so the SET is neither
+    acknowledged nor recovered, and what came before is."""
+    s = server_factory("emulated", env={"MANGO_REDIS_TEST_COPYING_COMMAND": "set"})
+    r = s.client()
+    assert r.hset("h", "f", "v") == 1 and r.rpush("l", "a", "b") == 2
+    with pytest.raises(RedisConnectionError):
+        r.set("k", "v")
+    assert s.proc.wait(timeout=60) == 1
+    assert "set kept or replaced a transient argument" in s.logtext()
+    s.proc = None
+    s.env.pop("MANGO_REDIS_TEST_COPYING_COMMAND")
+    assert s.start() == "RECOVERED"
+    r = s.client()
+    assert r.hgetall("h") == {b"f": b"v"} and r.lrange("l", 0, -1) == [b"a", b"b"]
+    assert r.exists("k") == 0
+
+
+def test_listed_commands_keep_working_with_blocked_clients(srv):
+    """With a client blocked on a key, a push to it queues the key object
+    (signalKeyAsReady): the adapter must copy the arguments then."""
+    r = srv.client()
+    t, out = blocked_call(srv, lambda c: c.blpop(["q"], timeout=10))
+    wait_until(lambda: r.info("clients")["blocked_clients"] == 1, what="blocked client")
+    assert r.lpush("q", "x", "y") == 2
+    t.join(10)
+    assert out["r"] == (b"q", b"y")
+    srv.restart("kill")
+    assert srv.client().lrange("q", 0, -1) == [b"x"]
 
 
 def test_blocked_list_pops_are_durable(srv):
