@@ -129,6 +129,18 @@ void mango_capture_spill(uintptr_t block, uint32_t mask)
 
 bool mango_in_rw_command(void) { return mango_capture_active; }
 
+/* The durable allocator's capture callback (dheap_attach): its stores are
+ * header and link words inside the heap, which the inline fast path records
+ * without the range loop of mango_capture(). */
+void capture_small_store(const void *addr, size_t len)
+{
+    if (!mango_capture_active)
+        return;
+    if (mango_capture_try_fast(addr, len))
+        return;
+    mango_capture(addr, len);
+}
+
 void mango_capture(const void *addr, size_t len)
 {
     if (!mango_capture_active || len == 0)

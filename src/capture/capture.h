@@ -28,6 +28,11 @@ unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max);
  * always linked in. */
 void libc_interpose_link_anchor(void);
 
+/* mango_capture() for stores of at most 32 bytes that are usually inside
+ * the durable heap (the durable allocator's metadata): the inline fast path
+ * first. Same result as mango_capture(). */
+void capture_small_store(const void *addr, size_t len);
+
 /* The combiner brackets a batch with these. */
 void capture_begin(dedup_set *set);
 void capture_end(void);

@@ -259,7 +259,7 @@ static void run_init_state(void *arg)
 {
     init_args *a = arg;
     if (a->fresh_heap) {
-        a->rc = dheap_attach(rt.heap, rt.heap_size, true, mango_capture);
+        a->rc = dheap_attach(rt.heap, rt.heap_size, true, capture_small_store);
         if (a->rc != MANGO_OK)
             return;
     }
@@ -440,7 +440,7 @@ static int open_durable(const mango_config *cfg, int *status)
         rc = recovery_restore(p, threads ? threads : 1, &rt.recovery);
         if (rc)
             goto fail_heap;
-        rc = dheap_attach(rt.heap, rt.heap_size, false, mango_capture);
+        rc = dheap_attach(rt.heap, rt.heap_size, false, capture_small_store);
         if (rc)
             goto fail_heap;
         *status = MANGO_RECOVERED;
