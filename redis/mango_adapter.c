@@ -292,16 +292,17 @@ int mangoDictMayRehash(const void *d)
  * arguments stay transient. Every such command is checked when it ends
  * (check_transient_argv): the vector, its objects and their reference counts
  * must be unchanged, or a durable structure could point at memory a crash
- * loses, and the server stops before the batch commits. Two cases keep
- * references past the command, so every argument is made durable as before:
- * AOF or replication (propagation) and blocked clients (a push to a key they
- * wait on queues the key object in server.ready_keys). */
-#define TRANSIENT_ARGV_DEPTH 8
+ * loses, and the server stops before the batch commits. Where references
+ * legitimately outlive the command every argument is made durable as before:
+ * with AOF or replication on (propagation), while clients are blocked (a push
+ * to a key they wait on queues the key object in server.ready_keys), and for
+ * commands inside EXEC or scripts (client tracking queues invalidated key
+ * objects until the outermost call() ends). */
 static struct {
     robj **argv;
     int argc;
     uint64_t sum; /* position-weighted sum of the transient argument pointers */
-} transient_argv[TRANSIENT_ARGV_DEPTH];
+} transient_argv;
 
 static int copies_argument_bytes(const struct redisCommand *cmd)
 {
@@ -337,24 +338,27 @@ static int transient_argv_sum(client *c, uint64_t *sum)
 /* 1: c's arguments may stay transient (recorded for check_transient_argv). */
 static int keep_transient_argv(client *c)
 {
-    if (call_depth > TRANSIENT_ARGV_DEPTH || !copies_argument_bytes(c->cmd)) return 0;
+    /* Only a top-level command: inside EXEC or a script, references taken by
+     * an inner command (client tracking's pending invalidations, propagation)
+     * are released when the outer call() ends, after the inner check. */
+    if (call_depth != 1 || !copies_argument_bytes(c->cmd)) return 0;
     if (server.aof_state != AOF_OFF || server.repl_backlog != NULL || listLength(server.slaves) != 0)
         return 0;
     if (server.blocked_clients != 0)
         return 0; /* signalKeyAsReady() keeps the key object until the blocked clients are served */
     uint64_t sum;
     if (transient_argv_sum(c, &sum) != 0) return 0;
-    transient_argv[call_depth - 1].argv = c->argv;
-    transient_argv[call_depth - 1].argc = c->argc;
-    transient_argv[call_depth - 1].sum = sum;
+    transient_argv.argv = c->argv;
+    transient_argv.argc = c->argc;
+    transient_argv.sum = sum;
     return 1;
 }
 
 static void check_transient_argv(client *c)
 {
     uint64_t sum = 0;
-    if (c->argv == transient_argv[call_depth - 1].argv && c->argc == transient_argv[call_depth - 1].argc &&
-        transient_argv_sum(c, &sum) == 0 && sum == transient_argv[call_depth - 1].sum)
+    if (c->argv == transient_argv.argv && c->argc == transient_argv.argc && transient_argv_sum(c, &sum) == 0 &&
+        sum == transient_argv.sum)
         return;
     serverLog(LL_WARNING, "Mangosteen: %s kept or replaced a transient argument; the durable state could "
               "point at memory a crash loses. Stopping before the batch commits (a bug in the "

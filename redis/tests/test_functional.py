@@ -941,6 +941,24 @@ def test_kept_transient_argument_stops_the_server(server_factory):
     assert r.exists("k") == 0
 
 
+def test_listed_commands_with_client_tracking_in_multi(srv):
+    """Client tracking queues the key object of a write to a key the writer
+    itself tracks, until the outermost call() ends: inside EXEC that is after
+    the inner HSET's end, so inner commands must not keep transient arguments."""
+    r = srv.client()
+    assert r.execute_command("CLIENT", "TRACKING", "ON") == b"OK"
+    r.hset("h", "f", "v1")
+    assert r.hget("h", "f") == b"v1"  # now tracked by this client
+    p = r.pipeline(transaction=True)
+    p.hset("h", "f", "v2")
+    p.hget("h", "f")
+    assert p.execute() == [0, b"v2"]
+    assert r.hget("h", "f") == b"v2"
+    assert r.hset("h", "g", "w") == 1  # top level: released before the check
+    srv.restart("kill")
+    assert srv.client().hgetall("h") == {b"f": b"v2", b"g": b"w"}
+
+
 def test_listed_commands_keep_working_with_blocked_clients(srv):
     """With a client blocked on a key, a push to it queues the key object
     (signalKeyAsReady): the adapter must copy the arguments then."""
