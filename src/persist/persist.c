@@ -122,6 +122,18 @@ void persist_note_store(const void *addr, size_t len, const char *where)
         obs(PERSIST_EV_STORE, addr, len, where);
 }
 
+/* The page size, read once (fs-mode flushes round to pages on every call). */
+static size_t page_size(void)
+{
+    static _Atomic size_t cached;
+    size_t pg = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (!pg) {
+        pg = (size_t)sysconf(_SC_PAGESIZE);
+        atomic_store_explicit(&cached, pg, memory_order_relaxed);
+    }
+    return pg;
+}
+
 static void ranges_add(persist_ranges *r, uintptr_t lo, uintptr_t hi)
 {
     for (unsigned i = 0; i < r->n; i++) {
@@ -193,8 +205,8 @@ void persist_flush(persist_domain *d, persist_ranges *r, const void *addr, size_
 #endif
         break;
     case PERSIST_FS: {
-        long pg = sysconf(_SC_PAGESIZE);
-        ranges_add(r, lo & ~(uintptr_t)(pg - 1), (hi + pg - 1) & ~(uintptr_t)(pg - 1));
+        uintptr_t pg = page_size();
+        ranges_add(r, lo & ~(pg - 1), (hi + pg - 1) & ~(pg - 1));
         break;
     }
     case PERSIST_SIM:
@@ -316,7 +328,7 @@ int persist_write_through(persist_domain *d, void *addr, size_t len, persist_wt_
         *used = PERSIST_WT_NONE;
     if (d->mode != PERSIST_FS || kind == PERSIST_WT_NONE || len == 0)
         return 0;
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t pg = page_size();
     uintptr_t lo = (uintptr_t)addr;
     if (lo % pg || len % pg || lo < (uintptr_t)d->base || lo + len > (uintptr_t)d->base + d->len)
         return -EINVAL;
