@@ -241,6 +241,16 @@ void mangoNoteReply(client *c)
         c->mango_ticket = 0;
         return;
     }
+    /* prepareClientToWrite() is about to queue c in clients_pending_write;
+     * inside a write section the list node would come from the durable heap
+     * (captured, then freed in beforeSleep through the deferred queue). Queue
+     * it here with the batch paused, so the node is transient; Redis's own
+     * call then finds CLIENT_PENDING_WRITE set and does nothing. */
+    if (mango_capture_active && !clientHasPendingReplies(c) && io_threads_op == IO_THREADS_OP_IDLE) {
+        mango_batch_pause();
+        putClientInPendingWriteQueue(c);
+        mango_batch_resume();
+    }
     uint64_t t;
     if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
