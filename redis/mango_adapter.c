@@ -176,9 +176,14 @@ void mangoWriteBegin(void)
 void mangoWriteEnd(void)
 {
     if (!mango_on) return;
-    if (--write_depth > 0) return;
-    /* Pause: the batch stays open until beforeSleep(). */
+    if (write_depth > 1) {
+        write_depth--;
+        return;
+    }
+    /* Pause: the batch stays open until beforeSleep(). The adapter's own
+     * bookkeeping is written paused, so it is not logged with every batch. */
     mango_batch_pause();
+    write_depth = 0;
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {
         if (t > cmd_dep) cmd_dep = t;
@@ -482,11 +487,14 @@ int mangoCallBegin(client *c)
     if (!mango_on) return write;
     call_depth++;
     if (write) {
+        /* Decided before the write section opens: its record is not logged. */
+        int keep = keep_transient_argv(c);
         mangoWriteBegin();
-        if (keep_transient_argv(c)) write = 2; /* checked in mangoCallEnd */
+        if (keep) write = 2; /* checked in mangoCallEnd */
         else durable_argv(c);
+        /* cmd_dep takes this batch's ticket in mangoWriteEnd (paused); inside
+         * the write section replies use the open batch's ticket directly. */
         uint64_t t = mango_reply_ticket(); /* the open batch's */
-        if (t > cmd_dep) cmd_dep = t;
         if (pipelined) {
             mango_batch_pause(); /* the key table is transient */
             stamp_write_keys(c, t);
@@ -496,8 +504,8 @@ int mangoCallBegin(client *c)
         int paused = mango_capture_active; /* a read nested in a write section */
         if (paused) mango_batch_pause();
         uint64_t d = read_dependency(c);
-        if (paused) mango_batch_resume();
         if (d > cmd_dep) cmd_dep = d;
+        if (paused) mango_batch_resume();
     }
     return write;
 }
