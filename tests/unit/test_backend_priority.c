@@ -22,6 +22,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 #define BUF_BYTES (64u << 10)
 #define WRITE_BYTES (8u << 10)
@@ -51,11 +52,7 @@ static char pool_path[64];
 static int start(mango_backend_priority prio)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool_path;
-    cfg.mode = MANGO_PERSIST_EMULATED;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool_path, MANGO_PERSIST_EMULATED);
     cfg.backend_priority = prio;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = write_chunk, .init_state = init_state};
     return mango_init(&cfg, &cb);

@@ -12,6 +12,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 static uint64_t *pair; /* durable: two counters kept equal by every batch */
 
@@ -39,11 +40,7 @@ static void *reader(void *arg)
 static int start(const char *pool)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_EMULATED;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = read_pair, .init_state = init_state};
     return mango_init(&cfg, &cb);
 }

@@ -29,6 +29,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 static uint64_t *pair; /* durable: two counters every batch increments together */
 
@@ -49,10 +50,7 @@ static mango_persist_mode parse_mode(const char *m)
 static int start(const char *pool, mango_persist_mode mode)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = mode;
-    cfg.pool_size = 32u << 20;
+    small_test_config(&cfg, pool, mode);
     cfg.log_size = 256u << 10; /* small: the ring turns many times */
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = nop, .init_state = init_state};
     return mango_init(&cfg, &cb);

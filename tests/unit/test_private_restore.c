@@ -27,6 +27,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 #define NPAGES 64
 #define PAGE 4096
@@ -65,11 +66,7 @@ static void process(void *c)
 static int start(const char *pool)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_EMULATED;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = process, .init_state = init_state};
     int rc = mango_init(&cfg, &cb);
     if (rc < 0)

@@ -10,6 +10,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 static uint64_t *counter; /* .bss, durable: points into the durable heap */
 
@@ -30,11 +31,7 @@ static void bump(void *c)
 static int start(const char *pool)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_EMULATED;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
     return mango_init(&cfg, &cb);
 }

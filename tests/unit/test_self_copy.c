@@ -15,6 +15,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 #define BYTES 4096u
 
@@ -57,11 +58,7 @@ static void run_op(void *c)
 static int start(const char *pool)
 {
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_EMULATED;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = run_op, .init_state = init_state};
     return mango_init(&cfg, &cb);
 }

@@ -13,6 +13,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 static uint64_t *counter; /* .bss, durable: points into the durable heap */
 
@@ -40,11 +41,7 @@ int main(void)
     /* The 12th sync of the process fails with ENOSPC (read once, at the first sync). */
     setenv("MANGO_FAULT_SYNC", "12:ENOSPC", 1);
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_SIM;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
     cfg.backend_priority = MANGO_BACKEND_PRIORITY_NORMAL;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
     CHECK(mango_init(&cfg, &cb) == MANGO_FRESH);
