@@ -920,6 +920,43 @@ def blocked_call(srv, fn):
     return t, out
 
 
+def test_read_waits_for_the_write_it_observes(server_factory):
+    """Reply dependencies under pipelined commit (sim mode, every sync delayed
+    300 ms). A SET of key w0 starts a sync; a SET of k, a moment later, queues
+    behind it; a GET of k, a moment after that, sees v1 and must not be
+    answered before the SET of k is durable, i.e. before that SET's own reply
+    (both leave in the same pass). A read that waited only for batches not tied
+    to its key (the global ticket) would be answered when w0's sync returns,
+    about 300 ms early; this was checked to fail with read_dependency()
+    ignoring the key table. hz 1 keeps serverCron's write section (which
+    raises the global ticket) out of the 40 ms window in almost every run."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    a, b, c = s.client(), s.client(), s.client()
+    a.config_set("hz", 1)
+    for r in (a, b, c):
+        r.ping()  # connected; a keyless read waits for anything in flight
+    done = {}
+
+    def write(name, r, key, value):
+        assert r.set(key, value)
+        done[name] = time.monotonic()
+
+    ta = threading.Thread(target=write, args=("w0", a, "w0", "x"), daemon=True)
+    tb = threading.Thread(target=write, args=("k", b, "k", "v1"), daemon=True)
+    ta.start()
+    time.sleep(0.02)  # w0's batch is sealed and its sync under way
+    tb.start()
+    time.sleep(0.02)  # the SET of k ran; its batch waits behind w0's sync
+    assert c.get("k") == b"v1"
+    got = time.monotonic()
+    ta.join(10)
+    tb.join(10)
+    assert "w0" in done and "k" in done
+    assert done["k"] - done["w0"] > 0.2, "the SET of k did not queue behind w0's sync; timing off"
+    assert got >= done["k"] - 0.05, (
+        f"GET k answered {done['k'] - got:.3f} s before the SET it observed was durable")
+
+
 def test_kept_transient_argument_stops_the_server(server_factory):
     """Listed write commands (HSET, LPUSH, ...) run on their transient
     arguments, and the adapter checks after each that it kept none. The test
