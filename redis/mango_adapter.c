@@ -56,8 +56,8 @@ static int pipelined;       /* batches may be in flight: track reply dependencie
 static int call_depth;       /* nesting of call() */
 static uint64_t cmd_dep;     /* the outermost command's dependencies so far */
 static uint64_t global_ticket;
-#define KEY_SLOTS (1u << 16) /* 512 KiB; with ~20 writes in flight a read
-                              * meets an unrelated one about once in 3000 */
+#define KEY_SLOTS (1u << 14) /* 128 KiB; with ~40 writes in flight a read
+                              * meets an unrelated one about once in 400 */
 static uint64_t *key_slots;   /* hash(db, key) -> ticket of its last writer */
 static uint64_t durable_seen; /* last durable ticket read from Mangosteen */
 static int durable_fd = -1;  /* Mangosteen's eventfd, in the event loop */
