@@ -461,9 +461,20 @@ static uint64_t read_dependency(client *c)
     return dep;
 }
 
+/* Commands that change the keyspace: Redis's write commands, and DEBUG,
+ * which has no write flag but whose POPULATE, RELOAD and LOADAOF rebuild
+ * keys. Outside a write section its stores would not be logged, and the
+ * next logged batch could make durable a dict pointing at them: a pool that
+ * crashes the server after recovery (seen with DEBUG POPULATE). It has no
+ * key specs, so every read then depends on its batch. */
+static int changes_keyspace(const struct redisCommand *cmd)
+{
+    return (cmd->flags & CMD_WRITE) != 0 || cmd->proc == debugCommand;
+}
+
 int mangoCallBegin(client *c)
 {
-    int write = (c->cmd->flags & CMD_WRITE) != 0;
+    int write = changes_keyspace(c->cmd);
     if (!mango_on) return write;
     call_depth++;
     if (write) {
