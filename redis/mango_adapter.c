@@ -512,6 +512,22 @@ void mangoCallEnd(client *c, int write)
 
 /* ---- databases ------------------------------------------------------------ */
 
+int mangoLoadDataFromDisk(void)
+{
+    if (!mango_on) return 1;
+    struct stat st;
+    if (stat(server.rdb_filename, &st) != 0) return 0; /* nothing to load */
+    if (mango_recovered) {
+        serverLog(LL_WARNING, "Mangosteen: %s not loaded: the pool holds the dataset (an RDB file here is only "
+                  "a copy, e.g. from SAVE)", server.rdb_filename);
+        return 0;
+    }
+    serverLog(LL_WARNING, "Mangosteen: a new pool cannot import %s (its keys would be loaded outside any "
+              "write section, so not durable); move the file away, start, and import through a client",
+              server.rdb_filename);
+    exit(1);
+}
+
 void mangoCreateDatabases(void)
 {
     int j;
@@ -521,6 +537,17 @@ void mangoCreateDatabases(void)
         serverLog(LL_WARNING, "Mangosteen: io-threads > 1 is not supported; set io-threads 1");
         exit(1);
     }
+    if (mango_on && server.aof_state != AOF_OFF) {
+        /* Loading the AOF would replay its commands over the pool's dataset
+         * (INCRs applied twice, deleted keys back). */
+        serverLog(LL_WARNING, "Mangosteen: appendonly yes is not supported with a pool (the AOF would be "
+                  "replayed over the recovered dataset); start with --appendonly no");
+        exit(1);
+    }
+    if (mango_on && server.saveparamslen > 0)
+        serverLog(LL_NOTICE, "Mangosteen: RDB snapshots (save) are redundant with the pool; "
+                  "%s is never loaded while the pool holds the data (--save \"\" turns them off)",
+                  server.rdb_filename);
     if (!mango_on || !mango_recovered) {
         mangoWriteBegin();
         createSharedObjects();

@@ -28,6 +28,12 @@ void mangoRedisInit(void);
  * they were restored by mango_init. Per-db client bookkeeping dicts
  * (blocking_keys, ready_keys, watched_keys) are always created transient. */
 void mangoCreateDatabases(void);
+/* main(), instead of calling loadDataFromDisk() unconditionally: may Redis
+ * load dump.rdb or the AOF? Always without Mangosteen. With it the pool is
+ * the dataset: a dump.rdb is skipped (with a warning) when the pool was
+ * recovered, and refused (exit 1) on a new pool, whose keys would be loaded
+ * outside any write section. (appendonly yes is refused at start-up.) */
+int mangoLoadDataFromDisk(void);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);

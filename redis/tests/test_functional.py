@@ -67,6 +67,7 @@ class DurableServer:
         self.port = None
         self.runs = 0
         self.clients = []
+        self.extra_args = []  # appended to the server's command line
 
     # -- life cycle
     def start(self):
@@ -81,7 +82,7 @@ class DurableServer:
                      "--appendonly", "no", "--daemonize", "no", "--logfile", self.log,
                      "--dir", self.dir, "--enable-debug-command", "yes",
                      # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
-                     "--crash-memcheck-enabled", "no"],
+                     "--crash-memcheck-enabled", "no"] + self.extra_args,
                     env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
             if wait_for_ping(self.proc, self.port, step=0.01):
                 return self.state()
@@ -809,6 +810,49 @@ def test_debug_populate_is_durable(srv):
     v = r.get("key:1999")  # DEBUG POPULATE pads the value to the size asked for
     assert r.get("post1") == b"v1" and v.startswith(b"value:1999") and len(v) == 100
     assert_same(before, snapshot(srv), "after kill")
+
+
+def start_refused(s, extra_args):
+    """Starts s's server expecting it to refuse: returns (exit status, log)."""
+    s.extra_args = list(extra_args)
+    s.runs += 1
+    s.log = os.path.join(s.dir, f"server-{s.runs}.log")
+    s.out = os.path.join(s.dir, f"server-{s.runs}.out")
+    with open(s.out, "wb") as out:
+        p = subprocess.run(
+            [SERVER, "--port", str(free_port()), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--daemonize", "no", "--logfile", s.log, "--dir", s.dir, "--crash-memcheck-enabled", "no"]
+            + s.extra_args, env=s.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=60)
+    s.extra_args = []
+    return p.returncode, s.logtext()
+
+
+def test_rdb_and_aof_files_next_to_a_pool(srv):
+    """The pool is the dataset. A dump.rdb written by SAVE is not loaded on a
+    restart (before the fix Redis loaded it over the recovered keyspace and
+    aborted on the first duplicate key, so a server that had run SAVE could
+    not restart); a new pool refuses to start next to a dump.rdb (its keys
+    would be loaded outside any write section); appendonly yes is refused
+    (the AOF would be replayed over the recovered data)."""
+    r = srv.client()
+    r.set("in-rdb", "1")
+    r.set("deleted-after-save", "x")
+    assert r.save()
+    assert os.path.exists(os.path.join(srv.dir, "dump.rdb"))
+    r.delete("deleted-after-save")
+    r.set("after-save", "2")
+    before = snapshot(srv)
+    srv.restart("kill")
+    assert "dump.rdb not loaded: the pool holds the dataset" in srv.logtext()
+    r = srv.client()
+    assert r.get("after-save") == b"2" and r.exists("deleted-after-save") == 0
+    assert_same(before, snapshot(srv), "after kill, with a dump.rdb from SAVE")
+    srv.stop("kill")
+    rc, log = start_refused(srv, ["--appendonly", "yes"])
+    assert rc == 1 and "appendonly yes is not supported with a pool" in log, (rc, log[-1500:])
+    os.unlink(srv.pool)  # a new pool, next to the dump.rdb
+    rc, log = start_refused(srv, [])
+    assert rc == 1 and "a new pool cannot import dump.rdb" in log, (rc, log[-1500:])
 
 
 def fill_dbs(s, dbs, n=100):
