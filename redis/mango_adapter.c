@@ -432,8 +432,7 @@ static void stamp_write_keys(client *c, uint64_t t)
     if (n <= 0 || !strcasecmp(name, "move") || !strcasecmp(name, "copy")) {
         if (t > global_ticket) global_ticket = t;
     } else {
-        if (!key_slots && !(key_slots = calloc(KEY_SLOTS, sizeof *key_slots)))
-            die("the reply-dependency table", MANGO_ENOMEM);
+        if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots); /* paused: transient */
         for (int i = 0; i < n; i++) {
             long s = key_slot(c->db->id, c->argv[r.keys[i].pos]);
             if (s < 0) { if (t > global_ticket) global_ticket = t; continue; }
@@ -510,6 +509,17 @@ void mangoCallEnd(client *c, int write)
     if (--call_depth == 0) cmd_dep = 0;
 }
 
+int mangoRefuseCommand(client *c)
+{
+    if (!mango_on || c->cmd->proc != replicaofCommand) return 0;
+    if (c->argc == 3 && sdsEncodedObject(c->argv[1]) && sdsEncodedObject(c->argv[2]) &&
+        !strcasecmp(c->argv[1]->ptr, "no") && !strcasecmp(c->argv[2]->ptr, "one"))
+        return 0; /* already a master: a no-op */
+    rejectCommandFormat(c, "Mangosteen: %s is not supported with a pool: a replica's full sync would load "
+                        "the master's data outside any write section", c->cmd->fullname);
+    return 1;
+}
+
 /* ---- databases ------------------------------------------------------------ */
 
 int mangoLoadDataFromDisk(void)
@@ -542,6 +552,11 @@ void mangoCreateDatabases(void)
          * (INCRs applied twice, deleted keys back). */
         serverLog(LL_WARNING, "Mangosteen: appendonly yes is not supported with a pool (the AOF would be "
                   "replayed over the recovered dataset); start with --appendonly no");
+        exit(1);
+    }
+    if (mango_on && server.masterhost) {
+        serverLog(LL_WARNING, "Mangosteen: replicaof is not supported with a pool (a full sync would load the "
+                  "master's data outside any write section); remove it from the configuration");
         exit(1);
     }
     if (mango_on && server.saveparamslen > 0)

@@ -38,6 +38,11 @@ int mangoLoadDataFromDisk(void);
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
 struct client;
+/* processCommand(), before running c's command: refuse it (reply sent, 1)?
+ * REPLICAOF host port is: a replica's full sync loads the master's data
+ * outside any write section. (replicaof in the configuration is refused at
+ * start-up.) */
+int mangoRefuseCommand(struct client *c);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable
  * copies (Redis stores them in the keyspace as they are, e.g. SET's value),

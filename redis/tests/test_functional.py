@@ -855,6 +855,25 @@ def test_rdb_and_aof_files_next_to_a_pool(srv):
     assert rc == 1 and "a new pool cannot import dump.rdb" in log, (rc, log[-1500:])
 
 
+def test_replicaof_is_refused(srv):
+    """A replica's full sync empties the keyspace and loads the master's RDB
+    outside any write section (unlogged stores into durable dicts, as DEBUG
+    POPULATE did): REPLICAOF host port is refused with an error, REPLICAOF NO
+    ONE (a no-op on a master) is not, and replicaof in the configuration stops
+    the start-up."""
+    r = srv.client()
+    r.set("k", "v")
+    with pytest.raises(ResponseError, match="not supported with a pool"):
+        r.execute_command("REPLICAOF", "127.0.0.1", str(free_port()))
+    with pytest.raises(ResponseError, match="not supported with a pool"):
+        r.execute_command("SLAVEOF", "127.0.0.1", str(free_port()))
+    assert r.execute_command("REPLICAOF", "NO", "ONE") in (b"OK", "OK", True)
+    assert r.info("replication")["role"] == "master" and r.get("k") == b"v"
+    srv.stop("kill")
+    rc, log = start_refused(srv, ["--replicaof", "127.0.0.1", str(free_port())])
+    assert rc == 1 and "replicaof is not supported with a pool" in log, (rc, log[-1500:])
+
+
 def fill_dbs(s, dbs, n=100):
     for db in dbs:
         c = s.client(db)
