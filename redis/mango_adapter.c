@@ -554,6 +554,10 @@ void mangoCreateDatabases(void)
                   "replayed over the recovered dataset); start with --appendonly no");
         exit(1);
     }
+    if (mango_on && server.cluster_enabled) {
+        serverLog(LL_WARNING, "Mangosteen: cluster mode is not supported with a pool; start with cluster-enabled no");
+        exit(1);
+    }
     if (mango_on && server.masterhost) {
         serverLog(LL_WARNING, "Mangosteen: replicaof is not supported with a pool (a full sync would load the "
                   "master's data outside any write section); remove it from the configuration");

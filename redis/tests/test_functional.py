@@ -860,7 +860,7 @@ def test_replicaof_is_refused(srv):
     outside any write section (unlogged stores into durable dicts, as DEBUG
     POPULATE did): REPLICAOF host port is refused with an error, REPLICAOF NO
     ONE (a no-op on a master) is not, and replicaof in the configuration stops
-    the start-up."""
+    the start-up, as cluster-enabled yes does."""
     r = srv.client()
     r.set("k", "v")
     with pytest.raises(ResponseError, match="not supported with a pool"):
@@ -872,6 +872,8 @@ def test_replicaof_is_refused(srv):
     srv.stop("kill")
     rc, log = start_refused(srv, ["--replicaof", "127.0.0.1", str(free_port())])
     assert rc == 1 and "replicaof is not supported with a pool" in log, (rc, log[-1500:])
+    rc, log = start_refused(srv, ["--cluster-enabled", "yes"])
+    assert rc == 1 and "cluster mode is not supported with a pool" in log, (rc, log[-1500:])
 
 
 def fill_dbs(s, dbs, n=100):
