@@ -77,19 +77,21 @@ class DurableServer:
             self.log = os.path.join(self.dir, f"server-{self.runs}.log")
             self.out = os.path.join(self.dir, f"server-{self.runs}.out")
             with open(self.out, "wb") as out:
-                self.proc = subprocess.Popen(
-                    [SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                     "--appendonly", "no", "--daemonize", "no", "--logfile", self.log,
-                     "--dir", self.dir, "--enable-debug-command", "yes",
-                     # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
-                     "--crash-memcheck-enabled", "no"] + self.extra_args,
-                    env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                self.proc = subprocess.Popen(self.argv(self.port), env=self.env, stdin=subprocess.DEVNULL,
+                                             stdout=out, stderr=subprocess.STDOUT)
             if wait_for_ping(self.proc, self.port, step=0.01):
                 return self.state()
             self._reap(signal.SIGKILL)
             if "Address already in use" not in self.logtext():
                 pytest.fail(f"server did not start (run {self.runs}):\n{self.logtext()[-3000:]}")
         pytest.fail("no free port")
+
+    def argv(self, port):
+        return [SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--daemonize", "no", "--logfile", self.log,
+                "--dir", self.dir, "--enable-debug-command", "yes",
+                # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
+                "--crash-memcheck-enabled", "no"] + self.extra_args
 
     def logtext(self):
         text = ""
@@ -819,10 +821,8 @@ def start_refused(s, extra_args):
     s.log = os.path.join(s.dir, f"server-{s.runs}.log")
     s.out = os.path.join(s.dir, f"server-{s.runs}.out")
     with open(s.out, "wb") as out:
-        p = subprocess.run(
-            [SERVER, "--port", str(free_port()), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--daemonize", "no", "--logfile", s.log, "--dir", s.dir, "--crash-memcheck-enabled", "no"]
-            + s.extra_args, env=s.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, timeout=60)
+        p = subprocess.run(s.argv(free_port()), env=s.env, stdin=subprocess.DEVNULL, stdout=out,
+                           stderr=subprocess.STDOUT, timeout=60)
     s.extra_args = []
     return p.returncode, s.logtext()
 
