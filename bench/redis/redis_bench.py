@@ -10,6 +10,8 @@ for --seconds in a closed loop and kills the server.
 Systems (--systems):
   durable-emulated   redis-server-durable, MANGO_MODE=emulated, pool on /dev/shm
   durable-fs         redis-server-durable, MANGO_MODE=fs, pool in --fs-dir
+  durable-fs-inline  the same with MANGO_PIPELINE=0: each pass's batch synced by
+                     the event loop itself, as AOF-always does (not default)
   stock-none         /usr/bin/redis-server, --save "" --appendonly no
   stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
   stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
@@ -69,9 +71,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-ALL_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always",
+ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "stock-none", "stock-aof-always",
                "stock-aof-everysec", "stock-aof-always-shm"]
-DEFAULT_SYSTEMS = ALL_SYSTEMS[:5]
+DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"]
 MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
 CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status",
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
@@ -188,6 +190,9 @@ class Server:
             self.pool = os.path.join(base, "%s-%s.pool" % (system, tag))
             self.env["MANGO_POOL"] = self.pool
             self.env["MANGO_MODE"] = "emulated" if system == "durable-emulated" else "fs"
+            self.env.pop("MANGO_PIPELINE", None)  # from the caller's environment: not for durable-fs
+            if system == "durable-fs-inline":
+                self.env["MANGO_PIPELINE"] = "0"
             if pool_size or args.pool_size:
                 self.env["MANGO_POOL_SIZE"] = pool_size or args.pool_size
             if args.log_size:
@@ -388,6 +393,8 @@ def write_md(args, rows, path, meta, recovery_rows):
             ratio_cols.append(("durable-fs", "stock-aof-always"))
         if "durable-fs" in systems and "stock-aof-everysec" in systems:
             ratio_cols.append(("durable-fs", "stock-aof-everysec"))
+        if "durable-fs-inline" in systems and "stock-aof-always" in systems:
+            ratio_cols.append(("durable-fs-inline", "stock-aof-always"))
         if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
             ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
         if ratio_cols:
@@ -468,6 +475,7 @@ def plot(rows, outdir):
     clients_l = sorted({int(r["clients"]) for r in rows})
     mixes = {r["mix"] for r in rows}
     style = {"durable-emulated": ("tab:blue", "o", "-"), "durable-fs": ("tab:orange", "s", "-"),
+             "durable-fs-inline": ("tab:brown", "P", "-"),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
