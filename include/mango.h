@@ -184,6 +184,14 @@ int mango_durable_fd(void);
  * batch stays open; mango_batch_end may be called paused or not. */
 int mango_batch_pause(void);
 int mango_batch_resume(void);
+/* Log room, in bytes of captured data (32-byte blocks): *used by the batch
+ * open on this thread (0 if none; distinct blocks, so a block written twice
+ * counts once) and *capacity, the most one batch may hold (the log's size
+ * less its framing, divided by the per-block overhead). A batch above
+ * capacity fails at its end. An event loop can end a batch early between two
+ * commands once *used grows large, and refuse a single command whose new
+ * data could not fit. */
+void mango_batch_room(uint64_t *used, uint64_t *capacity);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
  * (or was just) written by the current read-write command. A no-op outside

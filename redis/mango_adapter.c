@@ -507,11 +507,45 @@ void mangoCallEnd(client *c, int write)
     if (write == 2) check_transient_argv(c);
     if (write) mangoWriteEnd();
     if (--call_depth == 0) cmd_dep = 0;
+    /* Between two outermost commands the pass's batch may end early: the
+     * log must hold a whole batch, and a pass of many large writes (ten
+     * clients each SETting 10 MB) would otherwise outgrow it. Replies keep
+     * the ticket of the batch they were made in. */
+    if (write && call_depth == 0 && write_depth == 0 && mango_batch_open()) {
+        uint64_t used, cap;
+        mango_batch_room(&used, &cap);
+        if (used > cap / 4) {
+            int rc = mango_batch_submit(NULL);
+            if (rc != MANGO_OK) die("mango_batch_submit (a large batch)", rc);
+        }
+    }
 }
 
 int mangoRefuseCommand(client *c)
 {
-    if (!mango_on || c->cmd->proc != replicaofCommand) return 0;
+    if (!mango_on) return 0;
+    int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
+    if (changes_keyspace(c->cmd) || exec) {
+        /* A command (an EXEC with all it queued) is one batch, and a batch
+         * must fit in the log: refuse one whose arguments alone would fill
+         * half of it (a SET of a value that large), rather than stop the
+         * server when its batch ends. */
+        uint64_t used, cap, args = 0;
+        mango_batch_room(&used, &cap);
+        for (int j = 0; j < c->argc; j++)
+            if (sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
+        for (int k = 0; exec && k < c->mstate.count; k++) /* EXEC is one batch */
+            for (int j = 0; j < c->mstate.commands[k].argc; j++)
+                if (sdsEncodedObject(c->mstate.commands[k].argv[j]))
+                    args += sdslen(c->mstate.commands[k].argv[j]->ptr);
+        if (cap && args > cap / 2) {
+            rejectCommandFormat(c, "Mangosteen: %s with %llu bytes of arguments would not fit in the log "
+                                "(a batch holds %llu bytes; start with a larger MANGO_LOG_SIZE)",
+                                c->cmd->fullname, (unsigned long long)args, (unsigned long long)cap);
+            return 1;
+        }
+    }
+    if (c->cmd->proc != replicaofCommand) return 0;
     if (c->argc == 3 && sdsEncodedObject(c->argv[1]) && sdsEncodedObject(c->argv[2]) &&
         !strcasecmp(c->argv[1]->ptr, "no") && !strcasecmp(c->argv[2]->ptr, "one"))
         return 0; /* already a master: a no-op */

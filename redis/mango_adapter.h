@@ -39,9 +39,10 @@ void mangoWriteBegin(void);
 void mangoWriteEnd(void);
 struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
- * REPLICAOF host port is: a replica's full sync loads the master's data
- * outside any write section. (replicaof in the configuration is refused at
- * start-up.) */
+ * A write command or EXEC whose arguments exceed half a batch's room is (a
+ * batch must fit in the log), and so is REPLICAOF host port: a replica's full
+ * sync loads the master's data outside any write section. (replicaof in the
+ * configuration is refused at start-up.) */
 int mangoRefuseCommand(struct client *c);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable
@@ -50,6 +51,7 @@ int mangoRefuseCommand(struct client *c);
  * depend only on the batches that last wrote its keys (see the .c file).
  * Returns nonzero for a write command (pass it to mangoCallEnd). */
 int mangoCallBegin(struct client *c);
+/* Ends the pass's batch early once it fills a quarter of a batch's room. */
 void mangoCallEnd(struct client *c, int write);
 /* End the pass's batch, if one is open, without waiting for it to be
  * durable (replies wait instead: mangoReplyHeld). */

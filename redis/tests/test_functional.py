@@ -876,6 +876,36 @@ def test_replicaof_is_refused(srv):
     assert rc == 1 and "cluster mode is not supported with a pool" in log, (rc, log[-1500:])
 
 
+def test_writes_larger_than_the_log(srv):
+    """A batch must fit in the log (emulated: 64 MiB, 44.7 MB of 32-byte
+    blocks). Before the fix a SET of 100 MB stopped the server when its batch
+    ended ("a batch wrote 3277618 blocks ... configure a larger log_size").
+    Now a command (or an EXEC) whose arguments exceed half a batch is refused
+    with an error, and a pass of many large writes (six COPYs of a 15 MB
+    string, pipelined) ends its batch early between commands, so all of them
+    are acknowledged and recovered."""
+    r = srv.client()
+    with pytest.raises(ResponseError, match="would not fit in the log"):
+        r.set("huge", b"z" * (100 << 20))
+    assert r.ping() and r.exists("huge") == 0
+    m = r.pipeline(transaction=True)
+    m.set("m1", b"a" * (15 << 20))
+    m.set("m2", b"b" * (15 << 20))
+    with pytest.raises(ResponseError, match="would not fit in the log"):
+        m.execute()
+    assert r.exists("m1", "m2") == 0
+    assert r.set("src", b"s" * (15 << 20))
+    p = r.pipeline(transaction=False)  # small commands, one pass, ~90 MB of new data
+    for i in range(6):
+        p.copy("src", f"v{i}")
+    assert p.execute() == [True] * 6
+    before = snapshot(srv)
+    srv.restart("kill")
+    r = srv.client()
+    assert [r.strlen(f"v{i}") for i in range(6)] == [15 << 20] * 6
+    assert_same(before, snapshot(srv), "after kill")
+
+
 def fill_dbs(s, dbs, n=100):
     for db in dbs:
         c = s.client(db)

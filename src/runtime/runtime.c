@@ -621,6 +621,20 @@ int mango_batch_submit(uint64_t *ticket)
 
 bool mango_commit_is_pipelined(void) { return rt.up && rt.pipe.deferred_ok; }
 
+void mango_batch_room(uint64_t *used, uint64_t *capacity)
+{
+    uint64_t u = 0, c = 0;
+    if (rt.up && rt.durable) {
+        c = (uint64_t)redo_log_max_entries(&rt.log) * LOG_BLOCK_SIZE;
+        if (batch_open_here)
+            u = dedup_size(rt.set) * LOG_BLOCK_SIZE;
+    }
+    if (used)
+        *used = u;
+    if (capacity)
+        *capacity = c;
+}
+
 uint64_t mango_reply_ticket(void)
 {
     if (!rt.up)
