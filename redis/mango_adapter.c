@@ -534,13 +534,24 @@ int mangoRefuseCommand(client *c)
         mango_batch_room(&used, &cap);
         for (int j = 0; j < c->argc; j++)
             if (sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
+        /* DEBUG POPULATE count [prefix] [size]: ~160 bytes of keyspace
+         * structure per key besides its value (measured: 100 000 keys of
+         * 100 bytes logged 25 MB). */
+        if (c->cmd->proc == debugCommand && c->argc >= 3 && sdsEncodedObject(c->argv[1]) &&
+            !strcasecmp(c->argv[1]->ptr, "populate")) {
+            long long count = 0, size = 0;
+            if (getLongLongFromObject(c->argv[2], &count) == C_OK && count > 0) {
+                if (c->argc >= 5) getLongLongFromObject(c->argv[4], &size);
+                args += (uint64_t)count * (uint64_t)((size > 10 ? size : 10) + 160);
+            }
+        }
         for (int k = 0; exec && k < c->mstate.count; k++) /* EXEC is one batch */
             for (int j = 0; j < c->mstate.commands[k].argc; j++)
                 if (sdsEncodedObject(c->mstate.commands[k].argv[j]))
                     args += sdslen(c->mstate.commands[k].argv[j]->ptr);
         if (cap && args > cap / 2) {
-            rejectCommandFormat(c, "Mangosteen: %s with %llu bytes of arguments would not fit in the log "
-                                "(a batch holds %llu bytes; start with a larger MANGO_LOG_SIZE)",
+            rejectCommandFormat(c, "Mangosteen: %s with %llu bytes of new data would not fit in the log "
+                                "(a batch holds %llu bytes; split it, or start with a larger MANGO_LOG_SIZE)",
                                 c->cmd->fullname, (unsigned long long)args, (unsigned long long)cap);
             return 1;
         }
