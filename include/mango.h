@@ -186,7 +186,7 @@ int mango_batch_pause(void);
 int mango_batch_resume(void);
 /* Log room, in bytes of captured data (32-byte blocks): *used by the batch
  * open on this thread (0 if none; distinct blocks, so a block written twice
- * counts once) and *capacity, the most one batch may hold (the log's size
+ * counts once) and *capacity, the most one batch may hold (half the log,
  * less its framing, divided by the per-block overhead). A batch above
  * capacity fails at its end. An event loop can end a batch early between two
  * commands once *used grows large, and refuse a single command whose new

@@ -530,10 +530,11 @@ int mangoRefuseCommand(client *c)
          * must fit in the log: refuse one whose arguments alone would fill
          * half of it (a SET of a value that large), rather than stop the
          * server when its batch ends. */
-        uint64_t used, cap, args = 0;
-        mango_batch_room(&used, &cap);
-        for (int j = 0; j < c->argc; j++)
-            if (sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
+        uint64_t cap;
+        mango_batch_room(NULL, &cap);
+        /* Redis's own sums of argument bytes: this command's, and for EXEC
+         * everything it queued. */
+        uint64_t args = c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0);
         /* DEBUG POPULATE count [prefix] [size]: ~160 bytes of keyspace
          * structure per key besides its value (measured: 100 000 keys of
          * 100 bytes logged 25 MB). */
@@ -545,10 +546,6 @@ int mangoRefuseCommand(client *c)
                 args += (uint64_t)count * (uint64_t)((size > 10 ? size : 10) + 160);
             }
         }
-        for (int k = 0; exec && k < c->mstate.count; k++) /* EXEC is one batch */
-            for (int j = 0; j < c->mstate.commands[k].argc; j++)
-                if (sdsEncodedObject(c->mstate.commands[k].argv[j]))
-                    args += sdslen(c->mstate.commands[k].argv[j]->ptr);
         if (cap && args > cap / 2) {
             rejectCommandFormat(c, "Mangosteen: %s with %llu bytes of new data would not fit in the log "
                                 "(a batch holds %llu bytes; split it, or start with a larger MANGO_LOG_SIZE)",
