@@ -553,6 +553,20 @@ int mangoRefuseCommand(client *c)
             return 1;
         }
     }
+    if (c->cmd->proc == configSetCommand) {
+        /* CONFIG SET name value [name value ...]: turning the AOF on would
+         * fork a rewrite and, once saved by CONFIG REWRITE, stop the next
+         * start-up (appendonly yes is refused there). */
+        for (int j = 2; j + 1 < c->argc; j += 2) {
+            if (!sdsEncodedObject(c->argv[j]) || !sdsEncodedObject(c->argv[j + 1])) continue;
+            if (!strcasecmp(c->argv[j]->ptr, "appendonly") && !strcasecmp(c->argv[j + 1]->ptr, "yes")) {
+                rejectCommandFormat(c, "Mangosteen: appendonly yes is not supported with a pool: "
+                                    "the pool is the durable copy");
+                return 1;
+            }
+        }
+        return 0;
+    }
     if (c->cmd->proc != replicaofCommand) return 0;
     if (c->argc == 3 && sdsEncodedObject(c->argv[1]) && sdsEncodedObject(c->argv[2]) &&
         !strcasecmp(c->argv[1]->ptr, "no") && !strcasecmp(c->argv[2]->ptr, "one"))

@@ -835,8 +835,17 @@ def test_rdb_and_aof_files_next_to_a_pool(srv):
     aborted on the first duplicate key, so a server that had run SAVE could
     not restart); a new pool refuses to start next to a dump.rdb (its keys
     would be loaded outside any write section); appendonly yes is refused
-    (the AOF would be replayed over the recovered data)."""
+    (the AOF would be replayed over the recovered data), at start-up and by
+    CONFIG SET, alone or among other parameters, where the other parameters
+    are not applied either (CONFIG SET is atomic)."""
     r = srv.client()
+    with pytest.raises(ResponseError, match="appendonly yes is not supported with a pool"):
+        r.config_set("appendonly", "yes")
+    with pytest.raises(ResponseError, match="appendonly yes is not supported with a pool"):
+        r.execute_command("CONFIG", "SET", "hz", "11", "APPENDONLY", "Yes")
+    assert r.config_get("appendonly")["appendonly"] == "no" and r.config_get("hz")["hz"] == "10"
+    assert r.config_set("appendonly", "no")
+    assert not os.path.exists(os.path.join(srv.dir, "appendonlydir"))
     r.set("in-rdb", "1")
     r.set("deleted-after-save", "x")
     assert r.save()
