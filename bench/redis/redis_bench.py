@@ -77,7 +77,7 @@ DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-al
 MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
 CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status",
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
-              "errors", "load_seconds", "load_ops_per_sec", "wall_s"]
+              "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct", "wall_s"]
 
 
 def log(*a):
@@ -279,6 +279,21 @@ def run_ycsb(args, phase, port, clients, extra, timeout):
     return kv
 
 
+def cpu_times():
+    """(idle incl. iowait, steal, total) jiffies of all CPUs, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return v[3] + v[4], v[7], sum(v)
+
+
+def cpu_share(before, after):
+    """Idle and steal percentages of the machine between two cpu_times()."""
+    total = after[2] - before[2]
+    if total <= 0:
+        return float("nan"), float("nan")
+    return 100.0 * (after[0] - before[0]) / total, 100.0 * (after[1] - before[1]) / total
+
+
 def one_run(args, workdir, system, clients, mix, tag):
     srv = Server(args, system, workdir, tag)
     try:
@@ -288,14 +303,17 @@ def one_run(args, workdir, system, clients, mix, tag):
         if int(load.get("errors", 1)) or load["exit"]:
             raise RuntimeError("%s: load had errors: %s" % (system, load))
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
+        t0 = cpu_times()
         res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
                        timeout=args.seconds * 5 + 120)
+        idle, steal = cpu_share(t0, cpu_times())
         status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
         return dict(status=status, ops=res["ops"], seconds=res["seconds"],
                     ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
                     p99_us=float(res["p99_us"]), p999_us=float(res.get("p999_us", "nan")),
                     mean_us=float(res.get("mean_us", "nan")), errors=int(res.get("errors", 0)),
-                    load_seconds=float(load["seconds"]), load_ops_per_sec=float(load["ops_per_sec"]))
+                    load_seconds=float(load["seconds"]), load_ops_per_sec=float(load["ops_per_sec"]),
+                    cpu_idle_pct="%.1f" % idle, cpu_steal_pct="%.1f" % steal)
     finally:
         srv.close()
 
@@ -368,6 +386,13 @@ def write_md(args, rows, path, meta, recovery_rows):
     out.append("- mixes: A = 50 % read/50 % update (= U50), B = 95/5 (= U5), C = read only (= U0), "
                "F = 50 % read/50 % read-modify-write, U<P> = P % updates. Read = HGETALL, update = "
                "HSET of one field.\n")
+    steal = [float(r["cpu_steal_pct"]) for r in rows if r.get("cpu_steal_pct") not in (None, "")]
+    if steal:
+        out.append("- CPU time stolen by the host (hypervisor steal, /proc/stat) during the runs: "
+                   "median %.1f %%, highest %.1f %%; %d of %d runs above 2 %%. Runs with steal are "
+                   "slower whatever the system; compare the paired ratios. Each run's idle and steal "
+                   "share is in the CSV.\n" % (statistics.median(steal), max(steal),
+                                               sum(1 for x in steal if x > 2), len(steal)))
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         out.append("**%d run(s) failed or had errors** (excluded from the medians): %s\n" % (
