@@ -41,8 +41,9 @@ struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
  * A write command or EXEC whose arguments exceed half a batch's room is (a
  * batch must fit in the log), and so is REPLICAOF host port: a replica's full
- * sync loads the master's data outside any write section. (replicaof in the
- * configuration is refused at start-up.) */
+ * sync loads the master's data outside any write section, and CONFIG SET
+ * appendonly yes (the pool is the durable copy). (replicaof and appendonly
+ * yes in the configuration are refused at start-up.) */
 int mangoRefuseCommand(struct client *c);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable
