@@ -14,7 +14,8 @@
  * (root, CAP_SYS_NICE or RLIMIT_NICE >= 20; probed at start), it runs as
  * SCHED_IDLE and so takes only CPU time no other thread wants; the frontend
  * raises it to SCHED_OTHER (a "boost") as soon as the unapplied log reaches
- * wake_bytes, a writer waits for log space, or at stop, and the backend lowers
+ * boost_bytes (wake_bytes; in fs mode twice that, half the log: backend.c says
+ * why), a writer waits for log space, or at stop, and the backend lowers
  * itself again after a round that left less than half of wake_bytes. Where
  * raising is not permitted it stays at normal priority: lowering it for good
  * could starve it behind a busy machine while writers wait for log space.
@@ -40,6 +41,7 @@ typedef struct backend {
     pthread_cond_t cv;
     _Atomic int sleeping; /* BACKEND_AWAKE / _TIMED / _IDLE */
     uint64_t wake_bytes;  /* unapplied log that makes the frontend wake us */
+    uint64_t boost_bytes; /* unapplied log that makes it raise a lowered backend */
     uint64_t interval_ns; /* apply at least this often while work is pending */
     _Atomic int stop;
     _Atomic uint64_t applied_lsn; /* read by backend_notify on the frontend */

@@ -4,7 +4,9 @@
  *   - 'auto', where the process may raise a thread out of SCHED_IDLE, runs it
  *     SCHED_IDLE; with every CPU busy and the log full, the frontend raises it
  *     (observed on the thread itself), and it lowers itself once caught up.
- *     Where raising is not permitted, 'auto' keeps it normal and 'idle' fails. */
+ *     Where raising is not permitted, 'auto' keeps it normal and 'idle' fails;
+ *   - fs mode: a round that a quarter of the log started runs at idle
+ *     priority (no boost) while less than half of the log waits. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <pthread.h>
@@ -49,14 +51,16 @@ static void write_chunk(void *c)
 
 static char pool_path[64];
 
-static int start(mango_backend_priority prio)
+static int start_in(mango_backend_priority prio, const char *path, mango_persist_mode mode)
 {
     mango_config cfg;
-    small_test_config(&cfg, pool_path, MANGO_PERSIST_EMULATED);
+    small_test_config(&cfg, path, mode);
     cfg.backend_priority = prio;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = write_chunk, .init_state = init_state};
     return mango_init(&cfg, &cb);
 }
+
+static int start(mango_backend_priority prio) { return start_in(prio, pool_path, MANGO_PERSIST_EMULATED); }
 
 /* The tid of this process's thread named name, or 0. */
 static pid_t find_thread_once(const char *name)
@@ -249,5 +253,50 @@ int main(void)
     CHECK(buf[last] == (unsigned char)turn && buf[last + WRITE_BYTES - 1] == (unsigned char)turn);
     CHECK(mango_shutdown() == 0);
     unlink(pool_path);
+
+    /* fs mode (a pool on disk, 1 MiB log): the frontend wakes the backend
+     * at a quarter of the log but raises it only at half. Write a little
+     * past a quarter, then wait for the round: it runs SCHED_IDLE throughout
+     * (the CPUs are otherwise idle), and no boost is counted. */
+    char fs_path[512];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(fs_path, sizeof fs_path, "%s/mango-bprio-fs-%d.pool", tmp && *tmp ? tmp : "/var/tmp",
+             (int)getpid());
+    unlink(fs_path);
+    turn = 0;
+    CHECK(start_in(MANGO_BACKEND_PRIORITY_AUTO, fs_path, MANGO_PERSIST_FS) == MANGO_FRESH);
+    tid = find_thread("mango-backend");
+    CHECK(tid > 0);
+    CHECK(await_policy(tid, SCHED_IDLE));
+    mango_get_stats(&st);
+    uint64_t log0 = st.log_bytes, boosts_fs0 = st.backend_boosts, bsyncs0 = st.backend_syncs;
+    atomic_store(&saw_other, 0);
+    atomic_store(&watch_stop, false);
+    CHECK(pthread_create(&watcher, NULL, watch_main, &tid) == 0);
+    const uint64_t quarter = (1u << 20) / 4, half = (1u << 20) / 2;
+    while (st.log_bytes - log0 < quarter + quarter / 4) {
+        if (mango_client_cmd(&x) != 0) {
+            CHECK(!"mango_client_cmd failed (fs)");
+            break;
+        }
+        mango_get_stats(&st);
+    }
+    uint64_t written = st.log_bytes - log0;
+    for (int i = 0; i < 1500 && st.backend_syncs == bsyncs0; i++) { /* up to 15 s */
+        sleep_ms(10);
+        mango_get_stats(&st);
+    }
+    atomic_store(&watch_stop, true);
+    pthread_join(watcher, NULL);
+    printf("fs, %llu KiB of a 1 MiB log: backend syncs +%llu, boosts +%llu, saw SCHED_OTHER=%d\n",
+           (unsigned long long)(written >> 10), (unsigned long long)(st.backend_syncs - bsyncs0),
+           (unsigned long long)(st.backend_boosts - boosts_fs0), atomic_load(&saw_other));
+    CHECK(written >= quarter && written < half);
+    CHECK(st.backend_syncs > bsyncs0);           /* the round ran */
+    CHECK(st.backend_boosts == boosts_fs0);      /* without a boost */
+    CHECK(atomic_load(&saw_other) == 0);
+    CHECK(policy_of(tid) == SCHED_IDLE);
+    CHECK(mango_shutdown() == 0);
+    unlink(fs_path);
     return check_report("test_backend_priority");
 }
