@@ -77,7 +77,8 @@ DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-al
 MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
 CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status",
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
-              "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct", "wall_s"]
+              "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
+              "client_wait_pct", "client_cpu_us_per_op", "wall_s"]
 
 
 def log(*a):
@@ -313,7 +314,9 @@ def one_run(args, workdir, system, clients, mix, tag):
                     p99_us=float(res["p99_us"]), p999_us=float(res.get("p999_us", "nan")),
                     mean_us=float(res.get("mean_us", "nan")), errors=int(res.get("errors", 0)),
                     load_seconds=float(load["seconds"]), load_ops_per_sec=float(load["ops_per_sec"]),
-                    cpu_idle_pct="%.1f" % idle, cpu_steal_pct="%.1f" % steal)
+                    cpu_idle_pct="%.1f" % idle, cpu_steal_pct="%.1f" % steal,
+                    client_wait_pct=res.get("client_wait_pct", ""),
+                    client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""))
     finally:
         srv.close()
 
@@ -393,6 +396,19 @@ def write_md(args, rows, path, meta, recovery_rows):
                    "slower whatever the system; compare the paired ratios. Each run's idle and steal "
                    "share is in the CSV.\n" % (statistics.median(steal), max(steal),
                                                sum(1 for x in steal if x > 2), len(steal)))
+    waits = {}
+    for r in rows:
+        if r.get("status") == "ok" and r.get("client_wait_pct") not in (None, ""):
+            waits.setdefault((r["system"], int(r["clients"])), []).append(float(r["client_wait_pct"]))
+    if waits:
+        out.append("- The load generator's threads, runnable but waiting for a CPU (share of their run "
+                   "time, `client_wait_pct` in the CSV; median over the runs): " + "; ".join(
+                       "%s %d clients %.1f %%" % (sy, c, statistics.median(v))
+                       for (sy, c), v in sorted(waits.items(), key=lambda kv: (kv[0][1], kv[0][0]))) +
+                   ". Server and load generator share the CPUs: a client thread that waits holds back "
+                   "the replies of all its connections, and the wait is part of their latency, so a "
+                   "system that leaves less CPU idle also pays for the load generator's queueing in its "
+                   "p99.\n")
     bad = [r for r in rows if r["status"] != "ok"]
     if bad:
         out.append("**%d run(s) failed or had errors** (excluded from the medians): %s\n" % (

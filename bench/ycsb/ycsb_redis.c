@@ -462,6 +462,10 @@ typedef struct worker {
     uint64_t errors[OP_N];
     uint64_t notfound, check_failures, io_errors, timeouts;
     uint64_t t_end;
+    /* /proc/thread-self/schedstat over the phase: CPU time, and time spent
+     * runnable but waiting for a CPU (ns; sched_ok false where unreadable) */
+    uint64_t sched_cpu_ns, sched_wait_ns;
+    bool sched_ok;
     /* progress counters, read by the main thread */
     _Alignas(64) _Atomic uint64_t done_ops;
     _Atomic uint64_t err_ops;
@@ -721,9 +725,26 @@ static void conn_on_input(worker_t *w, conn_t *c)
     }
 }
 
+/* This thread's CPU time and run-queue wait so far (ns), from
+ * /proc/thread-self/schedstat; false where that is not available. */
+static bool thread_schedstat(uint64_t *cpu_ns, uint64_t *wait_ns)
+{
+    FILE *f = fopen("/proc/thread-self/schedstat", "r");
+    if (!f)
+        return false;
+    unsigned long long c = 0, wt = 0;
+    bool ok = fscanf(f, "%llu %llu", &c, &wt) == 2;
+    fclose(f);
+    *cpu_ns = c;
+    *wait_ns = wt;
+    return ok;
+}
+
 static void *worker_main(void *arg)
 {
     worker_t *w = arg;
+    uint64_t cpu0 = 0, wait0 = 0;
+    w->sched_ok = thread_schedstat(&cpu0, &wait0);
     uint64_t timeout_ns = (uint64_t)(cfg.timeout * 1e9);
     uint64_t t = now_ns();
     for (int i = 0; i < w->nconns; i++)
@@ -764,6 +785,13 @@ static void *worker_main(void *arg)
         }
     }
     w->t_end = now_ns();
+    uint64_t cpu1 = 0, wait1 = 0;
+    if (w->sched_ok && thread_schedstat(&cpu1, &wait1)) {
+        w->sched_cpu_ns = cpu1 - cpu0;
+        w->sched_wait_ns = wait1 - wait0;
+    } else {
+        w->sched_ok = false;
+    }
     atomic_store(&w->finished, 1);
     return NULL;
 }
@@ -780,6 +808,8 @@ typedef struct {
     uint64_t errors[OP_N], errors_total, notfound, check_failures, timeouts;
     uint64_t ops;
     double seconds;
+    bool sched_ok;                 /* every worker read its schedstat */
+    uint64_t client_cpu_ns, client_wait_ns; /* summed over the workers */
 } result_t;
 
 static void usage_short(void)
@@ -812,6 +842,17 @@ static void print_phase(const char *phase, const result_t *res)
     if (res->notfound || res->check_failures || res->timeouts)
         fprintf(g_out, "# errors include: not_found=%" PRIu64 " check_failures=%" PRIu64 " timeouts=%" PRIu64 "\n",
                res->notfound, res->check_failures, res->timeouts);
+    /* The load generator's own scheduling: on a machine it shares with the
+     * server, a client thread that waits for a CPU delays the replies of all
+     * its connections, and the wait counts in their latencies. */
+    double wait_pct = -1, cpu_us_op = -1;
+    if (res->sched_ok && res->seconds > 0 && cfg.threads > 0) {
+        wait_pct = 100.0 * (double)res->client_wait_ns / 1e9 / (res->seconds * cfg.threads);
+        if (res->ops)
+            cpu_us_op = (double)res->client_cpu_ns / 1e3 / (double)res->ops;
+        fprintf(g_out, "# client threads: %.1f%% of the run runnable but waiting for a CPU; %.2f us of CPU per op\n",
+                wait_pct, cpu_us_op);
+    }
     const hist_t *t = &res->total;
     fprintf(g_out, "workload=%s clients=%d ops=%" PRIu64 " seconds=%.3f ops_per_sec=%.1f p50_us=%.1f p99_us=%.1f "
            "errors=%" PRIu64 " phase=%s threads=%d records=%" PRIu64 " distribution=%s mean_us=%.1f p95_us=%.1f "
@@ -824,6 +865,8 @@ static void print_phase(const char *phase, const result_t *res)
         if (res->hist[o].count || res->errors[o])
             fprintf(g_out, " %s_ops=%" PRIu64 " %s_p99_us=%.1f", op_keys[o], res->hist[o].count, op_keys[o],
                    hist_pct_us(&res->hist[o], 99));
+    if (wait_pct >= 0)
+        fprintf(g_out, " client_wait_pct=%.2f client_cpu_us_per_op=%.2f", wait_pct, cpu_us_op);
     fprintf(g_out, "\n");
     fflush(g_out);
 }
@@ -852,7 +895,12 @@ static void json_phase(FILE *f, const char *phase, const result_t *res, bool fir
                 hist_pct_us(h, 95), hist_pct_us(h, 99), hist_pct_us(h, 99.9), hist_max_us(h), e);
         firstop = false;
     }
-    fprintf(f, "}}");
+    fprintf(f, "}");
+    if (res->sched_ok && res->seconds > 0 && cfg.threads > 0)
+        fprintf(f, ",\"client_wait_pct\":%.3f,\"client_cpu_us_per_op\":%.3f",
+                100.0 * (double)res->client_wait_ns / 1e9 / (res->seconds * cfg.threads),
+                res->ops ? (double)res->client_cpu_ns / 1e3 / (double)res->ops : 0.0);
+    fprintf(f, "}");
 }
 
 static int run_phase(enum phase ph, result_t *res)
@@ -918,10 +966,12 @@ static int run_phase(enum phase ph, result_t *res)
         }
     }
     uint64_t t_end = t0;
+    res->sched_ok = true;
     for (int i = 0; i < nt; i++) {
         worker_t *w = &ws[i];
         pthread_join(w->tid, NULL);
         if (w->t_end > t_end) t_end = w->t_end;
+        if (!w->sched_ok) res->sched_ok = false;
     }
     hist_init(&res->total);
     for (int o = 0; o < OP_N; o++) hist_init(&res->hist[o]);
@@ -937,6 +987,8 @@ static int run_phase(enum phase ph, result_t *res)
         }
         res->notfound += w->notfound;
         res->check_failures += w->check_failures;
+        res->client_cpu_ns += w->sched_cpu_ns;
+        res->client_wait_ns += w->sched_wait_ns;
         res->timeouts += w->timeouts;
         free(w->pfds);
         free(w->pmap);
@@ -1059,6 +1111,16 @@ static void help(void)
 "    successful operations enter the latency figures and ops. An RMW counts\n"
 "    as one operation (YCSB also counts its read and update under READ and\n"
 "    UPDATE; this tool does not).\n"
+"\n"
+"    Where /proc/thread-self/schedstat is readable (Linux), a comment line\n"
+"    and two more keys describe the generator's own threads over the phase:\n"
+"      client_wait_pct      time its threads were runnable but waiting for a\n"
+"                           CPU, as a percentage of (threads x run time)\n"
+"      client_cpu_us_per_op CPU time of its threads per operation\n"
+"    When the generator shares CPUs with the server, a thread that waits for\n"
+"    a CPU holds back the replies of all its connections, and that wait is\n"
+"    part of their measured latency: a high client_wait_pct says the tail\n"
+"    latencies include the load generator's own queueing.\n"
 "\n"
 "EXIT STATUS\n"
 "    0 success; 1 the phase completed with errors (failed operations, check\n"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench.ycsb_smoke: start a throwaway redis-server (no persistence) on a free
 # loopback port, load 1000 records, run YCSB workload A for 2 s with 8 clients
-# and --check, and check that ops_per_sec > 0 and errors = 0.
+# and --check, and check that ops_per_sec > 0, errors = 0 and, on Linux, that
+# the client-thread scheduling keys are present and in range.
 # Usage: ycsb_smoke.sh YCSB_REDIS [REDIS_SERVER]. Exits 77 (skip) without redis-server.
 set -u
 ycsb=${1:?usage: ycsb_smoke.sh YCSB_REDIS [REDIS_SERVER]}
@@ -70,4 +71,13 @@ errs=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^errors=//p')
 if [ -z "$ops" ] || [ -z "$errs" ]; then echo "FAIL: no key=value result line"; exit 1; fi
 if ! awk -v v="$ops" 'BEGIN { exit !(v > 0) }'; then echo "FAIL: ops_per_sec=$ops"; exit 1; fi
 if [ "$errs" != 0 ]; then echo "FAIL: errors=$errs"; exit 1; fi
-echo "PASS: ops_per_sec=$ops errors=$errs"
+# The generator's own scheduling (Linux: /proc/thread-self/schedstat).
+wait_pct=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^client_wait_pct=//p')
+cpu_op=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^client_cpu_us_per_op=//p')
+if [ -r /proc/thread-self/schedstat ]; then
+  if [ -z "$wait_pct" ] || [ -z "$cpu_op" ]; then echo "FAIL: no client_wait_pct / client_cpu_us_per_op"; exit 1; fi
+  if ! awk -v w="$wait_pct" -v c="$cpu_op" 'BEGIN { exit !(w >= 0 && w <= 100 && c > 0 && c < 10000) }'; then
+    echo "FAIL: client_wait_pct=$wait_pct client_cpu_us_per_op=$cpu_op out of range"; exit 1
+  fi
+fi
+echo "PASS: ops_per_sec=$ops errors=$errs client_wait_pct=${wait_pct:-n/a} client_cpu_us_per_op=${cpu_op:-n/a}"
