@@ -13,6 +13,7 @@
  * The file lives in $TMPDIR or /var/tmp (a disk: the page cache path of fs
  * mode; tmpfs would do too, but that is not what it is for). */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -73,10 +74,17 @@ int main(void)
     char path[512];
     snprintf(path, sizeof path, "%s/mango-test-fs-unmap-XXXXXX", dir && *dir ? dir : "/var/tmp");
     int fd = mkstemp(path);
-    CHECK(fd >= 0);
+    if (fd < 0) {
+        fprintf(stderr, "cannot create %s: %s (set TMPDIR to a writable directory)\n", path, strerror(errno));
+        return 1;
+    }
     CHECK(ftruncate(fd, POOL) == 0);
     char *base = mmap(NULL, POOL, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    CHECK(base != MAP_FAILED);
+    if (base == MAP_FAILED) {
+        fprintf(stderr, "cannot map %s: %s\n", path, strerror(errno));
+        unlink(path);
+        return 1;
+    }
     persist_domain dom = {.mode = PERSIST_FS, .base = base, .len = POOL, .fd = fd};
 
     /* A large range: written, synced, in the file, unmapped, still readable. */
