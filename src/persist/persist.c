@@ -275,15 +275,25 @@ static bool paced_writeback(void)
 
 /* Drop this process's page-table entries of a large written range of the
  * shared mapping (see sync_fs); the data stays in the page cache. Advice: a
- * failure only keeps the shootdowns. */
+ * failure only keeps the shootdowns. Never inside the private write-through
+ * window: there MADV_DONTNEED would throw away log frames the frontend has
+ * written but not yet synced. sync_fs takes the window out of the ranges it
+ * passes, but ranges_add widens a range when the set is full, so the window
+ * is clipped here as well. */
 static void unmap_written_range(persist_domain *d, uintptr_t lo, uintptr_t hi)
 {
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     lo = lo / pg * pg;
     hi = (hi + pg - 1) / pg * pg;
-    if (hi - lo <= WRITEBACK_CHUNK || lo < (uintptr_t)d->base || hi > (uintptr_t)d->base + d->len)
+    if (lo < (uintptr_t)d->base || hi > (uintptr_t)d->base + d->len)
         return;
-    (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (d->wt_hi && lo < d->wt_hi && hi > d->wt_lo) {
+        unmap_written_range(d, lo, d->wt_lo > lo ? d->wt_lo : lo);
+        unmap_written_range(d, d->wt_hi < hi ? d->wt_hi : hi, hi);
+        return;
+    }
+    if (hi - lo > WRITEBACK_CHUNK)
+        (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 static int sync_fs(persist_domain *d, const persist_ranges *r)
