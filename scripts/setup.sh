@@ -17,6 +17,7 @@ PINNED=(
   llvm-16-dev=1:16.0.6-15~deb12u1
   redis-server=5:7.0.15-1~deb12u10
   redis-tools=5:7.0.15-1~deb12u10
+  python3-matplotlib=3.6.3-1+b1   # the benchmarks' plots (bench/), not the tests
 )
 
 missing=()
