@@ -817,6 +817,18 @@ static void usage_short(void)
     fprintf(stderr, "usage: " PROG " load|run|both|ping [options]   (" PROG " --help for details)\n");
 }
 
+/* The load generator's own scheduling over the phase: the share of its
+ * threads' run time spent runnable but waiting for a CPU, and its CPU time
+ * per operation. False where schedstat was not readable. */
+static bool client_sched(const result_t *res, double *wait_pct, double *cpu_us_op)
+{
+    if (!res->sched_ok || res->seconds <= 0 || cfg.threads <= 0)
+        return false;
+    *wait_pct = 100.0 * (double)res->client_wait_ns / 1e9 / (res->seconds * cfg.threads);
+    *cpu_us_op = res->ops ? (double)res->client_cpu_ns / 1e3 / (double)res->ops : 0.0;
+    return true;
+}
+
 static void print_phase(const char *phase, const result_t *res)
 {
     const char *dist = cfg.dist == DIST_ZIPFIAN ? "zipfian" : "uniform";
@@ -845,11 +857,9 @@ static void print_phase(const char *phase, const result_t *res)
     /* The load generator's own scheduling: on a machine it shares with the
      * server, a client thread that waits for a CPU delays the replies of all
      * its connections, and the wait counts in their latencies. */
-    double wait_pct = -1, cpu_us_op = -1;
-    if (res->sched_ok && res->seconds > 0 && cfg.threads > 0) {
-        wait_pct = 100.0 * (double)res->client_wait_ns / 1e9 / (res->seconds * cfg.threads);
-        if (res->ops)
-            cpu_us_op = (double)res->client_cpu_ns / 1e3 / (double)res->ops;
+    double wait_pct, cpu_us_op;
+    bool have_sched = client_sched(res, &wait_pct, &cpu_us_op);
+    if (have_sched) {
         fprintf(g_out, "# client threads: %.1f%% of the run runnable but waiting for a CPU; %.2f us of CPU per op\n",
                 wait_pct, cpu_us_op);
     }
@@ -865,7 +875,7 @@ static void print_phase(const char *phase, const result_t *res)
         if (res->hist[o].count || res->errors[o])
             fprintf(g_out, " %s_ops=%" PRIu64 " %s_p99_us=%.1f", op_keys[o], res->hist[o].count, op_keys[o],
                    hist_pct_us(&res->hist[o], 99));
-    if (wait_pct >= 0)
+    if (have_sched)
         fprintf(g_out, " client_wait_pct=%.2f client_cpu_us_per_op=%.2f", wait_pct, cpu_us_op);
     fprintf(g_out, "\n");
     fflush(g_out);
@@ -896,10 +906,9 @@ static void json_phase(FILE *f, const char *phase, const result_t *res, bool fir
         firstop = false;
     }
     fprintf(f, "}");
-    if (res->sched_ok && res->seconds > 0 && cfg.threads > 0)
-        fprintf(f, ",\"client_wait_pct\":%.3f,\"client_cpu_us_per_op\":%.3f",
-                100.0 * (double)res->client_wait_ns / 1e9 / (res->seconds * cfg.threads),
-                res->ops ? (double)res->client_cpu_ns / 1e3 / (double)res->ops : 0.0);
+    double wait_pct, cpu_us_op;
+    if (client_sched(res, &wait_pct, &cpu_us_op))
+        fprintf(f, ",\"client_wait_pct\":%.3f,\"client_cpu_us_per_op\":%.3f", wait_pct, cpu_us_op);
     fprintf(f, "}");
 }
 
