@@ -48,6 +48,12 @@ placement out of the comparison: on a 2-vCPU VM the spread between
 back-to-back runs of one system shrinks; the durable server's background
 threads (backend, sync) then share the server's CPUs.
 
+Disk probe: before and after the grid, one second of 8 KiB O_DSYNC writes in
+--fs-dir (bench/fs/dsync_writers, one writer, --dsync-probe) measures the
+disk's sync speed; results.md reports it. AOF-always's throughput follows it,
+and on a VM it varies from day to day, so the fs / AOF-always ratios of two
+runs compare only with it in view. --dsync-probe "" skips the probe.
+
 --quick: the CTest smoke (2 systems, workload A, 4 clients, 2000 records,
 1 s); exits 77 (skip) when stock redis-server is missing.
 Exit status: 0 ok; 1 a run failed or had errors; 2 usage; 77 skipped.
@@ -295,6 +301,25 @@ def cpu_share(before, after):
     return 100.0 * (after[0] - before[0]) / total, 100.0 * (after[1] - before[1]) / total
 
 
+def disk_probe(args):
+    """One second of 8 KiB O_DSYNC writes in --fs-dir from one writer:
+    {"syncs_per_s": N, "mean_us": M}, or None (no probe binary, or it failed)."""
+    if not args.dsync_probe or not os.access(args.dsync_probe, os.X_OK):
+        return None
+    try:
+        out = subprocess.run([args.dsync_probe, "--dir", args.fs_dir, "--writers", "1", "--spinners", "0",
+                              "--seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log("disk probe failed: %s" % e)
+        return None
+    kv = dict(t.split("=", 1) for t in out.stdout.split() if "=" in t)
+    if out.returncode != 0 or "syncs_per_s" not in kv or "mean_us" not in kv:
+        log("disk probe failed (exit %d): %s" % (out.returncode, (out.stderr or out.stdout).strip()[:200]))
+        return None
+    return {"syncs_per_s": int(kv["syncs_per_s"]), "mean_us": int(kv["mean_us"])}
+
+
 def one_run(args, workdir, system, clients, mix, tag):
     srv = Server(args, system, workdir, tag)
     try:
@@ -389,6 +414,15 @@ def write_md(args, rows, path, meta, recovery_rows):
     out.append("- mixes: A = 50 % read/50 % update (= U50), B = 95/5 (= U5), C = read only (= U0), "
                "F = 50 % read/50 % read-modify-write, U<P> = P % updates. Read = HGETALL, update = "
                "HSET of one field.\n")
+    probe = meta.get("disk_probe") or {}
+    if probe.get("before") or probe.get("after"):
+        def fmt_probe(d):
+            return "%d syncs/s (%d µs each)" % (d["syncs_per_s"], d["mean_us"]) if d else "not measured"
+        out.append("- the disk's sync speed (8 KiB `O_DSYNC` writes in `%s`, one writer, 1 s, "
+                   "`dsync_writers`): before the runs %s, after them %s. AOF-always waits for one such "
+                   "sync per event-loop pass, so its throughput follows this speed, which on a VM varies "
+                   "from day to day; compare fs / AOF-always ratios of different runs with it in view.\n"
+                   % (args.fs_dir, fmt_probe(probe.get("before")), fmt_probe(probe.get("after"))))
     steal = [float(r["cpu_steal_pct"]) for r in rows if r.get("cpu_steal_pct") not in (None, "")]
     if steal:
         out.append("- CPU time stolen by the host (hypervisor steal, /proc/stat) during the runs: "
@@ -874,6 +908,8 @@ def main():
     p.add_argument("--pin", type=pin_spec, default=None, metavar="SERVER:CLIENT",
                    help="pin servers and ycsb_redis to these CPU lists (e.g. 1:0); default: unpinned")
     p.add_argument("--shm-dir", default="/dev/shm")
+    p.add_argument("--dsync-probe", default=os.path.join(REPO, "build/bench/dsync_writers"),
+                   help="dsync_writers binary for the disk probe before and after the grid (\"\" = none)")
     p.add_argument("--pool-size", default=None, help="MANGO_POOL_SIZE (default: the runtime's)")
     p.add_argument("--log-size", default=None, help="MANGO_LOG_SIZE")
     p.add_argument("--recovery-gb", type=float, default=0.0,
@@ -953,6 +989,8 @@ def main():
     t_start = time.monotonic()
     try:
         if not args.recovery_only:
+            if not args.quick:
+                meta["disk_probe"] = {"before": disk_probe(args)}
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
@@ -987,6 +1025,12 @@ def main():
                                 log("[%d/%d %.0fs] %-20s %-4s c=%-3d %s ops/s=%s p99=%s load=%ss" % (
                                     i, ncell, time.monotonic() - t_start, s, m, c, row["status"],
                                     row.get("ops_per_sec", "-"), row.get("p99_us", "-"), row.get("load_seconds", "-")))
+            if "disk_probe" in meta:
+                meta["disk_probe"]["after"] = disk_probe(args)
+                saved = json.load(open(run_json))
+                saved["meta"] = meta
+                with open(run_json, "w") as f:
+                    json.dump(saved, f, indent=1)
         if args.recovery_gb > 0:
             rec_rows = recovery(args, workdir)
             with open(rec_path, "w", newline="") as f:
