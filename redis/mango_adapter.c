@@ -69,6 +69,13 @@ static char init_msg[512];  /* logged once logging is configured */
  * more command as copying its arguments, so a test can list one that keeps
  * them (SET) and see the check stop the server (copies_argument_bytes). */
 static const char *test_copying_command;
+/* Test hook (redis/tests): MANGO_REDIS_TEST_READS_IGNORE_KEYS=1 is a mutant
+ * that breaks the reply-dependency rule on purpose: keyed reads stop waiting
+ * for the batches that last wrote their keys (read_dependency() skips
+ * key_slots), so a read can report a write that is not durable yet. The
+ * functional test runs its ordering check against it and expects it to fail,
+ * which shows that the check can fail. Logged as a warning when set. */
+static int test_reads_ignore_keys;
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -126,6 +133,8 @@ void mangoRedisInit(void)
     mango_config cfg;
     mango_config_default(&cfg);
     test_copying_command = getenv("MANGO_REDIS_TEST_COPYING_COMMAND");
+    const char *ignore = getenv("MANGO_REDIS_TEST_READS_IGNORE_KEYS");
+    test_reads_ignore_keys = ignore && *ignore && strcmp(ignore, "0") != 0;
     const char *mode = getenv("MANGO_MODE");
     if (!mode || !*mode || !strcasecmp(mode, "emulated")) cfg.mode = MANGO_PERSIST_EMULATED;
     else if (!strcasecmp(mode, "auto")) cfg.mode = MANGO_PERSIST_AUTO;
@@ -155,8 +164,10 @@ void mangoRedisInit(void)
     size_t span = (pool && stat(pool, &st) == 0) ? (size_t)st.st_size : ((size_t)1 << 40);
     heap_hi = heap_lo + span;
     atexit(mango_atexit);
-    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s", pool ? pool : "(default)",
-             mode && *mode ? mode : "emulated", mango_recovered ? "RECOVERED" : "FRESH");
+    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s%s", pool ? pool : "(default)",
+             mode && *mode ? mode : "emulated", mango_recovered ? "RECOVERED" : "FRESH",
+             test_reads_ignore_keys ? " (TEST MUTANT MANGO_REDIS_TEST_READS_IGNORE_KEYS: reads do not "
+                                      "wait for the writes they observe; never use it in production)" : "");
     if (mango_recovered && durable_magic != MANGO_REDIS_MAGIC) {
         fprintf(stderr, "Mangosteen: the pool holds no Redis state (was it created by another program?)\n");
         exit(1);
@@ -449,7 +460,7 @@ static uint64_t read_dependency(client *c)
     uint64_t dep = global_ticket;
     if (n <= 0) {
         dep = mango_reply_ticket(); /* keyspace-wide or unknown: everything */
-    } else {
+    } else if (!test_reads_ignore_keys) {
         for (int i = 0; i < n; i++) {
             long s = key_slot(c->db->id, c->argv[r.keys[i].pos]);
             if (s < 0) { dep = mango_reply_ticket(); break; }
@@ -597,7 +608,7 @@ int mangoLoadDataFromDisk(void)
 void mangoCreateDatabases(void)
 {
     int j;
-    if (mango_on) serverLog(LL_NOTICE, "%s", init_msg);
+    if (mango_on) serverLog(test_reads_ignore_keys ? LL_WARNING : LL_NOTICE, "%s", init_msg);
     if (mango_on && server.io_threads_num > 1) {
         /* Threaded writes bypass the per-client durability check. */
         serverLog(LL_WARNING, "Mangosteen: io-threads > 1 is not supported; set io-threads 1");

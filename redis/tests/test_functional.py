@@ -1076,17 +1076,14 @@ def blocked_call(srv, fn):
     return t, out
 
 
-def test_read_waits_for_the_write_it_observes(server_factory):
-    """Reply dependencies under pipelined commit (sim mode, every sync delayed
+def read_after_queued_write(server_factory, env=None):
+    """The scenario of the two tests below (sim mode, every sync delayed
     300 ms). A SET of key w0 starts a sync; a SET of k, a moment later, queues
-    behind it; a GET of k, a moment after that, sees v1 and must not be
-    answered before the SET of k is durable, i.e. before that SET's own reply
-    (both leave in the same pass). A read that waited only for batches not tied
-    to its key (the global ticket) would be answered when w0's sync returns,
-    about 300 ms early; this was checked to fail with read_dependency()
-    ignoring the key table. hz 1 keeps serverCron's write section (which
-    raises the global ticket) out of the 40 ms window in almost every run."""
-    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    behind it; a GET of k, a moment after that, sees v1. Returns how long
+    before the SET of k was acknowledged (i.e. durable) the GET was answered
+    (negative: after), and the server. hz 1 keeps serverCron's write section (which raises the
+    global ticket) out of the 40 ms window in almost every run."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000", **(env or {})})
     a, b, c = s.client(), s.client(), s.client()
     a.config_set("hz", 1)
     for r in (a, b, c):
@@ -1109,8 +1106,29 @@ def test_read_waits_for_the_write_it_observes(server_factory):
     tb.join(10)
     assert "w0" in done and "k" in done
     assert done["k"] - done["w0"] > 0.2, "the SET of k did not queue behind w0's sync; timing off"
-    assert got >= done["k"] - 0.05, (
-        f"GET k answered {done['k'] - got:.3f} s before the SET it observed was durable")
+    return done["k"] - got, s
+
+
+def test_read_waits_for_the_write_it_observes(server_factory):
+    """Reply dependencies under pipelined commit: the GET of k must not be
+    answered before the SET it observed is durable, i.e. before that SET's
+    own reply (both leave in the same pass). A read that waited only for
+    batches not tied to its key (the global ticket) would be answered when
+    w0's sync returns, about 300 ms early: the next test checks that this
+    test's condition fails on such a build."""
+    early, s = read_after_queued_write(server_factory)
+    assert "TEST MUTANT" not in s.logtext()
+    assert early <= 0.05, f"GET k answered {early:.3f} s before the SET it observed was durable"
+
+
+def test_read_dependency_mutant_is_caught(server_factory):
+    """The check above can fail: with the adapter's test mutant
+    MANGO_REDIS_TEST_READS_IGNORE_KEYS=1 (keyed reads ignore the key table),
+    the same scenario answers the GET well before the SET it observed is
+    durable, and the server log carries the mutant's warning."""
+    early, s = read_after_queued_write(server_factory, env={"MANGO_REDIS_TEST_READS_IGNORE_KEYS": "1"})
+    assert "TEST MUTANT MANGO_REDIS_TEST_READS_IGNORE_KEYS" in s.logtext()
+    assert early > 0.05, f"the mutant answered the GET only {early:.3f} s early: the check would not catch it"
 
 
 def test_kept_transient_argument_stops_the_server(server_factory):
