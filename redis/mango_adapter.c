@@ -39,6 +39,10 @@
 #include "mango_adapter.h"
 #include "mango.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,16 +89,157 @@ static uint64_t durable_magic;
 static bool dummy_ro(void *ctx) { (void)ctx; return false; }
 static void dummy_process(void *ctx) { (void)ctx; }
 
-static size_t env_size(const char *name, size_t dflt)
+/* ---- settings ----------------------------------------------------------- *
+ * Each setting comes from redis.conf or the command line (mango-pool, ...) or
+ * from the environment (MANGO_POOL, ...); both at once must agree. Redis
+ * registers the options in config.c (immutable strings stored in the
+ * mango_conf_* variables), so it accepts them, CONFIG GET shows them and
+ * CONFIG REWRITE keeps them. But the pool must be open before Redis creates
+ * its first dict, which is before it reads its configuration, so
+ * mangoRedisInit() reads them itself, from the main config file, the files
+ * it includes and the command line (read_settings); mangoCreateDatabases()
+ * then checks that Redis read the same values, which catches an option given
+ * on stdin (config "-"), the one place read_settings cannot look at. */
+char *mango_conf_pool, *mango_conf_mode, *mango_conf_pool_size, *mango_conf_log_size;
+
+typedef struct mango_setting {
+    const char *option;     /* redis.conf name */
+    const char *env;        /* environment variable */
+    char **loaded;          /* what Redis's config loading stored */
+    char *config;           /* what read_settings found (NULL: not given) */
+    const char *config_from; /* where: the config file's path or "the command line" */
+    const char *value;      /* the value used: config or environment */
+} mango_setting;
+
+static mango_setting settings[] = {
+    {"mango-pool", "MANGO_POOL", &mango_conf_pool},
+    {"mango-mode", "MANGO_MODE", &mango_conf_mode},
+    {"mango-pool-size", "MANGO_POOL_SIZE", &mango_conf_pool_size},
+    {"mango-log-size", "MANGO_LOG_SIZE", &mango_conf_log_size},
+};
+#define N_SETTINGS (sizeof settings / sizeof settings[0])
+
+static mango_setting *setting_named(const char *option)
 {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
+    for (size_t i = 0; i < N_SETTINGS; i++)
+        if (!strcasecmp(option, settings[i].option)) return &settings[i];
+    return NULL;
+}
+
+static void setting_found(const char *option, const char *value, const char *from)
+{
+    mango_setting *st = setting_named(option);
+    if (!st) return;
+    zfree(st->config); /* the last occurrence wins, as in Redis */
+    st->config = *value ? zstrdup(value) : NULL; /* "" means unset, as Redis stores it */
+    st->config_from = from;
+}
+
+/* The mango-* lines of a config file and of the files it includes (glob
+ * patterns, as Redis expands them). */
+static void read_settings_file(const char *path, int depth)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return; /* Redis's own loading reports a file it cannot read */
+    char line[4096];
+    while (fgets(line, sizeof line, f)) {
+        int n = 0;
+        sds *a = sdssplitargs(line, &n);
+        if (a && n == 2 && !strcasecmp(a[0], "include") && depth < 16) {
+            glob_t g;
+            if (glob(a[1], 0, NULL, &g) == 0) {
+                for (size_t i = 0; i < g.gl_pathc; i++) read_settings_file(g.gl_pathv[i], depth + 1);
+                globfree(&g);
+            }
+        } else if (a && n == 2) {
+            if (setting_named(a[0])) setting_found(a[0], a[1], zstrdup(path));
+        } else if (a && n > 0 && setting_named(a[0])) {
+            fprintf(stderr, "Mangosteen: %s: '%s' takes exactly one value\n", path, a[0]);
+            exit(1);
+        }
+        sdsfreesplitres(a, n);
+    }
+    fclose(f);
+}
+
+/* The mango-* options of the main config file (the first argument, unless it
+ * starts with '-', as in Redis's main()) and --mango-* VALUE arguments, then
+ * the environment. */
+static void read_settings(int argc, char **argv)
+{
+    int j = 1;
+    if (argc >= 2 && argv[1][0] != '-') {
+        j = 2;
+        read_settings_file(argv[1], 0);
+    }
+    int from_stdin = 0;
+    for (; j < argc; j++) {
+        if (!strcmp(argv[j], "-") && (j == 1 || j == argc - 1)) from_stdin = 1; /* as Redis decides */
+        if (strncmp(argv[j], "--", 2) != 0 || !setting_named(argv[j] + 2)) continue;
+        if (j + 1 >= argc || !strncmp(argv[j + 1], "--", 2)) {
+            fprintf(stderr, "Mangosteen: %s needs a value\n", argv[j]);
+            exit(1);
+        }
+        setting_found(argv[j] + 2, argv[j + 1], "the command line");
+        j++;
+    }
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        mango_setting *st = &settings[i];
+        const char *e = getenv(st->env);
+        if (e && !*e) e = NULL;
+        if (e && st->config && strcmp(e, st->config) != 0) {
+            fprintf(stderr, "Mangosteen: %s=%s and %s %s (%s) disagree: set only one of them\n", st->env, e,
+                    st->option, st->config, st->config_from);
+            exit(1);
+        }
+        st->value = st->config ? st->config : e;
+    }
+    if (from_stdin && !setting_named("mango-pool")->value) {
+        /* Options on stdin are read too late (see above): rather than open
+         * the default pool and find out afterwards, ask for the path. */
+        fprintf(stderr, "Mangosteen: with the configuration on stdin, give the pool as --mango-pool PATH or "
+                "MANGO_POOL=PATH (mango-* options on stdin are read too late)\n");
+        exit(1);
+    }
+}
+
+/* A size: digits with an optional k, m or g suffix (KiB, MiB, GiB); 0 if
+ * the setting is not given. Anything else stops the server. */
+static size_t setting_size(const mango_setting *st)
+{
+    const char *v = st->value;
+    if (!v) return 0;
     char *end;
+    errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
-    if (*end == 'k' || *end == 'K') n <<= 10;
-    else if (*end == 'm' || *end == 'M') n <<= 20;
-    else if (*end == 'g' || *end == 'G') n <<= 30;
-    return (size_t)n;
+    int shift = 0;
+    if (*end == 'k' || *end == 'K') shift = 10, end++;
+    else if (*end == 'm' || *end == 'M') shift = 20, end++;
+    else if (*end == 'g' || *end == 'G') shift = 30, end++;
+    if (end == v || *end || errno || !isdigit((unsigned char)v[0]) || n > (ULLONG_MAX >> shift)) {
+        fprintf(stderr, "Mangosteen: %s '%s' is not a size (a number of bytes, or with a k, m or g "
+                "suffix)\n", st->config ? st->option : st->env, v);
+        exit(1);
+    }
+    return (size_t)(n << shift);
+}
+
+/* After Redis loaded its configuration: it must have read the mango-*
+ * options read_settings read. */
+static void check_settings_loaded(void)
+{
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+        const mango_setting *st = &settings[i];
+        const char *loaded = *st->loaded;
+        if (loaded && !*loaded) loaded = NULL;
+        if ((loaded == NULL) != (st->config == NULL) || (loaded && strcmp(loaded, st->config) != 0)) {
+            serverLog(LL_WARNING, "Mangosteen: Redis's configuration sets %s to '%s', but the pool was opened "
+                      "with '%s': give the mango-* options in a config file or on the command line, not on "
+                      "stdin", st->option, loaded ? loaded : "",
+                      st->value ? st->value : "(default)");
+            exit(1);
+        }
+    }
 }
 
 static void die(const char *what, int rc)
@@ -128,26 +273,30 @@ static void mango_atexit(void)
     mango_on = 0;
 }
 
-void mangoRedisInit(void)
+void mangoRedisInit(int argc, char **argv)
 {
     mango_config cfg;
     mango_config_default(&cfg);
     test_copying_command = getenv("MANGO_REDIS_TEST_COPYING_COMMAND");
     const char *ignore = getenv("MANGO_REDIS_TEST_READS_IGNORE_KEYS");
     test_reads_ignore_keys = ignore && *ignore && strcmp(ignore, "0") != 0;
-    const char *mode = getenv("MANGO_MODE");
-    if (!mode || !*mode || !strcasecmp(mode, "emulated")) cfg.mode = MANGO_PERSIST_EMULATED;
+    read_settings(argc, argv);
+    const char *mode = setting_named("mango-mode")->value;
+    if (!mode || !strcasecmp(mode, "emulated")) cfg.mode = MANGO_PERSIST_EMULATED;
     else if (!strcasecmp(mode, "auto")) cfg.mode = MANGO_PERSIST_AUTO;
     else if (!strcasecmp(mode, "fs")) cfg.mode = MANGO_PERSIST_FS;
     else if (!strcasecmp(mode, "pmem")) cfg.mode = MANGO_PERSIST_PMEM;
     else if (!strcasecmp(mode, "sim")) cfg.mode = MANGO_PERSIST_SIM;
     else if (!strcasecmp(mode, "none")) cfg.mode = MANGO_PERSIST_NONE;
     else {
-        fprintf(stderr, "Mangosteen: unknown MANGO_MODE '%s' (emulated|fs|pmem|sim|none|auto)\n", mode);
+        const mango_setting *st = setting_named("mango-mode");
+        fprintf(stderr, "Mangosteen: unknown %s '%s' (emulated|fs|pmem|sim|none|auto)\n",
+                st->config ? st->option : st->env, mode);
         exit(1);
     }
-    cfg.pool_size = env_size("MANGO_POOL_SIZE", 0);
-    cfg.log_size = env_size("MANGO_LOG_SIZE", 0);
+    cfg.pool_size = setting_size(setting_named("mango-pool-size"));
+    cfg.log_size = setting_size(setting_named("mango-log-size"));
+    cfg.pool_path = setting_named("mango-pool")->value; /* NULL: the runtime's default */
     cfg.max_threads = 4; /* the main thread; bio threads only free (deferred) */
     mango_callbacks cb = {.is_read_only = dummy_ro, .process_request = dummy_process};
     int rc = mango_init(&cfg, &cb);
@@ -159,7 +308,7 @@ void mangoRedisInit(void)
     pipelined = mango_commit_is_pipelined();
     mango_recovered = rc == MANGO_RECOVERED;
     heap_lo = cfg.heap_base ? cfg.heap_base : (uintptr_t)0x600000000000ull;
-    const char *pool = cfg.pool_path ? cfg.pool_path : getenv("MANGO_POOL");
+    const char *pool = cfg.pool_path;
     struct stat st;
     size_t span = (pool && stat(pool, &st) == 0) ? (size_t)st.st_size : ((size_t)1 << 40);
     heap_hi = heap_lo + span;
@@ -609,6 +758,7 @@ void mangoCreateDatabases(void)
 {
     int j;
     if (mango_on) serverLog(test_reads_ignore_keys ? LL_WARNING : LL_NOTICE, "%s", init_msg);
+    if (mango_on) check_settings_loaded();
     if (mango_on && server.io_threads_num > 1) {
         /* Threaded writes bypass the per-client durability check. */
         serverLog(LL_WARNING, "Mangosteen: io-threads > 1 is not supported; set io-threads 1");

@@ -21,8 +21,12 @@
 /* Called in main() right after the dict hash seed is set and before any dict
  * exists or the config is loaded (recovery restores the pool's hash seed and
  * the config then overrides any other restored global): opens or creates the
- * pool (env MANGO_POOL, MANGO_MODE, MANGO_POOL_SIZE, MANGO_LOG_SIZE). */
-void mangoRedisInit(void);
+ * pool. Settings: mango-pool, mango-mode, mango-pool-size, mango-log-size in
+ * the main config file or as --mango-* arguments, or the environment
+ * (MANGO_POOL, MANGO_MODE, MANGO_POOL_SIZE, MANGO_LOG_SIZE); see docs/redis.md. */
+void mangoRedisInit(int argc, char **argv);
+/* The mango-* options as Redis's config loading stores them (config.c). */
+extern char *mango_conf_pool, *mango_conf_mode, *mango_conf_pool_size, *mango_conf_log_size;
 /* Replaces initServer()'s database creation and createSharedObjects(): on a
  * fresh pool both are created inside a batch (durable); on a recovered pool
  * they were restored by mango_init. Per-db client bookkeeping dicts

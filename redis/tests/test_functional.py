@@ -68,6 +68,7 @@ class DurableServer:
         self.runs = 0
         self.clients = []
         self.extra_args = []  # appended to the server's command line
+        self.config_file = None  # given as the first argument, as redis.conf is
 
     # -- life cycle
     def start(self):
@@ -87,7 +88,8 @@ class DurableServer:
         pytest.fail("no free port")
 
     def argv(self, port):
-        return [SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        conf = [self.config_file] if self.config_file else []
+        return [SERVER] + conf + ["--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--logfile", self.log,
                 "--dir", self.dir, "--enable-debug-command", "yes",
                 # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
@@ -1268,3 +1270,101 @@ def test_redis_cli_roundtrip(srv, tmp_path):
     assert srv.cli("GET", "cli:after", db=3) == b"1\n"
     assert srv.cli("DEL", "cli:after", db=3) == b"1\n"
     check()
+
+
+# --------------------------------------------------------------------------
+# settings: redis.conf / command line / environment
+
+def settings_server(tmp_subdir="conf"):
+    """A server on /dev/shm whose environment names no pool or mode."""
+    s = DurableServer("emulated", SHM_DIR or FS_DIR)
+    s.env.pop("MANGO_POOL")
+    s.env.pop("MANGO_MODE")
+    return s
+
+
+def write_file(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def test_settings_in_redis_conf():
+    """mango-pool, mango-mode and mango-pool-size in the config file (with no
+    MANGO_* environment): the pool is created there at that size, CONFIG GET
+    shows the options, CONFIG SET refuses them, and a restart with the same
+    file recovers the data."""
+    s = settings_server()
+    try:
+        s.config_file = write_file(os.path.join(s.dir, "redis.conf"),
+                                   f"mango-pool {s.pool}\nmango-mode emulated\nmango-pool-size 256m\n")
+        assert s.start() == "FRESH"
+        assert os.path.getsize(s.pool) == 256 << 20
+        r = s.client()
+        assert r.config_get("mango-pool") == {"mango-pool": s.pool}
+        assert r.config_get("mango-mode") == {"mango-mode": "emulated"}
+        with pytest.raises(ResponseError, match="immutable"):
+            r.config_set("mango-pool", "/tmp/elsewhere.pool")
+        assert r.set("k", "v")
+        s.restart("kill")
+        assert s.client().get("k") == b"v"
+    finally:
+        s.cleanup()
+
+
+def test_settings_on_the_command_line_and_in_included_files():
+    """--mango-pool PATH on the command line, and mango-pool in a file the
+    config file includes (the glob form): both open that pool."""
+    s = settings_server()
+    try:
+        s.extra_args = ["--mango-pool", s.pool, "--mango-mode", "emulated"]
+        assert s.start() == "FRESH"
+        assert s.client().config_get("mango-pool") == {"mango-pool": s.pool}
+        assert s.client().set("k", "v")
+        s.stop("kill")
+        s.extra_args = []
+        write_file(os.path.join(s.dir, "mango-1.conf"), f"mango-pool {s.pool}\n")
+        s.config_file = write_file(os.path.join(s.dir, "redis.conf"),
+                                   f"include {os.path.join(s.dir, 'mango-*.conf')}\n")
+        assert s.start() == "RECOVERED"
+        assert s.client().get("k") == b"v"
+        assert s.client().config_get("mango-pool") == {"mango-pool": s.pool}
+    finally:
+        s.cleanup()
+
+
+BAD_SETTINGS = {
+    # case: (environment, config file text, arguments, message)
+    "environment and config disagree": ({"MANGO_POOL": "{dir}/env.pool"}, "mango-pool {dir}/conf.pool\n", [],
+                                        "disagree: set only one of them"),
+    "size not a size": ({}, "", ["--mango-pool", "{dir}/x.pool", "--mango-pool-size", "12x"],
+                        "mango-pool-size '12x' is not a size"),
+    "environment size not a size": ({"MANGO_POOL_SIZE": "1.5g"}, "", ["--mango-pool", "{dir}/x.pool"],
+                                    "MANGO_POOL_SIZE '1.5g' is not a size"),
+    "unknown mode": ({}, "mango-mode bogus\nmango-pool {dir}/x.pool\n", [], "unknown mango-mode 'bogus'"),
+    "option without a value": ({}, "", ["--mango-pool"], "--mango-pool needs a value"),
+    "two values in the file": ({}, "mango-pool {dir}/a.pool {dir}/b.pool\n", [], "takes exactly one value"),
+    "stdin config without a pool": ({}, None, ["-"], "give the pool as --mango-pool PATH"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_SETTINGS))
+def test_bad_settings_stop_the_server_before_any_pool_exists(case):
+    """Bad or conflicting settings: exit status 1, a message naming the
+    setting, and no pool file created anywhere in the server's directory."""
+    s = settings_server()
+    try:
+        env, conf, args, message = BAD_SETTINGS[case]
+        argv = [SERVER]
+        if conf is not None:
+            argv.append(write_file(os.path.join(s.dir, "redis.conf"), conf.format(dir=s.dir)))
+        argv += [a.format(dir=s.dir) for a in args] + ["--port", str(free_port()), "--save", ""]
+        e = dict(s.env, **{k: v.format(dir=s.dir) for k, v in env.items()})
+        p = subprocess.run(argv, env=e, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60, cwd=s.dir)
+        out = p.stdout.decode(errors="replace")
+        assert p.returncode == 1, f"exit status {p.returncode}:\n{out[-2000:]}"
+        assert message in out, out[-2000:]
+        assert not [f for f in os.listdir(s.dir) if f.endswith(".pool")], os.listdir(s.dir)
+    finally:
+        s.cleanup()
