@@ -1111,14 +1111,17 @@ def read_after_queued_write(server_factory, env=None):
     return done["k"] - got, s
 
 
-def test_read_waits_for_the_write_it_observes(server_factory):
+@pytest.mark.parametrize("gather", ["default", "every pass"])
+def test_read_waits_for_the_write_it_observes(server_factory, gather):
     """Reply dependencies under pipelined commit: the GET of k must not be
     answered before the SET it observed is durable, i.e. before that SET's
     own reply (both leave in the same pass). A read that waited only for
     batches not tied to its key (the global ticket) would be answered when
     w0's sync returns, about 300 ms early: the next test checks that this
-    test's condition fails on such a build."""
-    early, s = read_after_queued_write(server_factory)
+    test's condition fails on such a build. "every pass": batches are held
+    open for gathering whenever the rules allow, not only under load."""
+    env = {"MANGO_REDIS_TEST_GATHER_MIN_CMDS": "1"} if gather == "every pass" else None
+    early, s = read_after_queued_write(server_factory, env=env)
     assert "TEST MUTANT" not in s.logtext()
     assert early <= 0.05, f"GET k answered {early:.3f} s before the SET it observed was durable"
 
@@ -1345,6 +1348,8 @@ BAD_SETTINGS = {
     "option without a value": ({}, "", ["--mango-pool"], "--mango-pool needs a value"),
     "two values in the file": ({}, "mango-pool {dir}/a.pool {dir}/b.pool\n", [], "takes exactly one value"),
     "stdin config without a pool": ({}, None, ["-"], "give the pool as --mango-pool PATH"),
+    "gather window not a number": ({"MANGO_REDIS_GATHER_US": "250us"}, "", ["--mango-pool", "{dir}/x.pool"],
+                                   "MANGO_REDIS_GATHER_US '250us': expected microseconds"),
 }
 
 
