@@ -12,6 +12,9 @@ Systems (--systems):
   durable-fs         redis-server-durable, MANGO_MODE=fs, pool in --fs-dir
   durable-fs-inline  the same with MANGO_PIPELINE=0: each pass's batch synced by
                      the event loop itself, as AOF-always does (not default)
+  durable-fs-nogather  durable-fs with MANGO_REDIS_GATHER_US=0: no batch kept
+                     open past its pass under load (not default; docs/redis.md,
+                     "Gathering a batch under load")
   stock-none         /usr/bin/redis-server, --save "" --appendonly no
   stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
   stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
@@ -77,7 +80,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "stock-none", "stock-aof-always",
+ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "durable-fs-nogather", "stock-none", "stock-aof-always",
                "stock-aof-everysec", "stock-aof-always-shm"]
 DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"]
 MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
@@ -198,8 +201,11 @@ class Server:
             self.env["MANGO_POOL"] = self.pool
             self.env["MANGO_MODE"] = "emulated" if system == "durable-emulated" else "fs"
             self.env.pop("MANGO_PIPELINE", None)  # from the caller's environment: not for durable-fs
+            self.env.pop("MANGO_REDIS_GATHER_US", None)
             if system == "durable-fs-inline":
                 self.env["MANGO_PIPELINE"] = "0"
+            if system == "durable-fs-nogather":
+                self.env["MANGO_REDIS_GATHER_US"] = "0"
             if pool_size or args.pool_size:
                 self.env["MANGO_POOL_SIZE"] = pool_size or args.pool_size
             if args.log_size:
@@ -470,6 +476,8 @@ def write_md(args, rows, path, meta, recovery_rows):
             ratio_cols.append(("durable-fs", "stock-aof-everysec"))
         if "durable-fs-inline" in systems and "stock-aof-always" in systems:
             ratio_cols.append(("durable-fs-inline", "stock-aof-always"))
+        if "durable-fs-nogather" in systems and "stock-aof-always" in systems:
+            ratio_cols.append(("durable-fs-nogather", "stock-aof-always"))
         if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
             ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
         if ratio_cols:
@@ -550,7 +558,7 @@ def plot(rows, outdir):
     clients_l = sorted({int(r["clients"]) for r in rows})
     mixes = {r["mix"] for r in rows}
     style = {"durable-emulated": ("tab:blue", "o", "-"), "durable-fs": ("tab:orange", "s", "-"),
-             "durable-fs-inline": ("tab:brown", "P", "-"),
+             "durable-fs-inline": ("tab:brown", "P", "-"), "durable-fs-nogather": ("tab:olive", "X", "-"),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
