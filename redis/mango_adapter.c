@@ -56,7 +56,6 @@
 #include <glob.h>
 #include <poll.h>
 #include <time.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -104,7 +103,6 @@ static uint64_t batch_opened_ns;   /* when the open batch began */
 static uint64_t cmds_this_pass;
 static uint64_t cmds_per_pass_x16; /* moving average of commands per pass (1/16 weight), times 16 */
 static uint64_t gather_holds;      /* passes that kept their batch open (MANGO_STATS) */
-
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -166,6 +164,7 @@ static void read_settings_file(const char *path, int depth)
 {
     FILE *f = fopen(path, "r");
     if (!f) return; /* Redis's own loading reports a file it cannot read */
+    const char *from = NULL; /* path, kept for messages once a setting is found here */
     char line[4096];
     while (fgets(line, sizeof line, f)) {
         int n = 0;
@@ -177,7 +176,7 @@ static void read_settings_file(const char *path, int depth)
                 globfree(&g);
             }
         } else if (a && n == 2) {
-            if (setting_named(a[0])) setting_found(a[0], a[1], zstrdup(path));
+            if (setting_named(a[0])) setting_found(a[0], a[1], from ? from : (from = zstrdup(path)));
         } else if (a && n > 0 && setting_named(a[0])) {
             fprintf(stderr, "Mangosteen: %s: '%s' takes exactly one value\n", path, a[0]);
             exit(1);
@@ -228,25 +227,33 @@ static void read_settings(int argc, char **argv)
     }
 }
 
-/* A size: digits with an optional k, m or g suffix (KiB, MiB, GiB); 0 if
- * the setting is not given. Anything else stops the server. */
-static size_t setting_size(const mango_setting *st)
+/* Digits, with an optional k, m or g suffix (KiB, MiB, GiB) where suffixes
+ * are allowed, at most max: 1 and *out, or 0 for anything else. */
+static int parse_number(const char *v, int suffixes, unsigned long long max, unsigned long long *out)
 {
-    const char *v = st->value;
-    if (!v) return 0;
+    if (!isdigit((unsigned char)v[0])) return 0;
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
     int shift = 0;
-    if (*end == 'k' || *end == 'K') shift = 10, end++;
-    else if (*end == 'm' || *end == 'M') shift = 20, end++;
-    else if (*end == 'g' || *end == 'G') shift = 30, end++;
-    if (end == v || *end || errno || !isdigit((unsigned char)v[0]) || n > (ULLONG_MAX >> shift)) {
+    if (suffixes && (*end == 'k' || *end == 'K')) shift = 10, end++;
+    else if (suffixes && (*end == 'm' || *end == 'M')) shift = 20, end++;
+    else if (suffixes && (*end == 'g' || *end == 'G')) shift = 30, end++;
+    if (*end || errno || n > (max >> shift)) return 0;
+    *out = n << shift;
+    return 1;
+}
+
+/* A size setting; 0 if it is not given. Anything else stops the server. */
+static size_t setting_size(const mango_setting *st)
+{
+    unsigned long long n = 0;
+    if (st->value && !parse_number(st->value, 1, SIZE_MAX, &n)) {
         fprintf(stderr, "Mangosteen: %s '%s' is not a size (a number of bytes, or with a k, m or g "
-                "suffix)\n", st->config ? st->option : st->env, v);
+                "suffix)\n", st->config ? st->option : st->env, st->value);
         exit(1);
     }
-    return (size_t)(n << shift);
+    return (size_t)n;
 }
 
 /* After Redis loaded its configuration: it must have read the mango-*
@@ -306,15 +313,13 @@ void mangoRedisInit(int argc, char **argv)
     const char *gather = getenv("MANGO_REDIS_GATHER_US");
     gather_ns = (uint64_t)GATHER_DEFAULT_US * 1000;
     if (gather && *gather) {
-        char *end;
-        errno = 0;
-        unsigned long us = strtoul(gather, &end, 10);
-        if (*end || errno || !isdigit((unsigned char)gather[0]) || us > 1000000) {
+        unsigned long long us = 0;
+        if (!parse_number(gather, 0, 1000000, &us)) {
             fprintf(stderr, "Mangosteen: MANGO_REDIS_GATHER_US '%s': expected microseconds, 0 to 1000000\n",
                     gather);
             exit(1);
         }
-        gather_ns = (uint64_t)us * 1000;
+        gather_ns = us * 1000;
     }
     const char *min_cmds = getenv("MANGO_REDIS_TEST_GATHER_MIN_CMDS");
     gather_min_cmds = min_cmds && *min_cmds ? (unsigned)atoi(min_cmds) : GATHER_MIN_CMDS;
