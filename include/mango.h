@@ -226,6 +226,13 @@ typedef struct mango_stats {
     uint64_t pipeline_syncs;    /* syncs of the pipeline's sync thread (in frontend_syncs) */
     uint64_t backend_lowered;   /* 1: the backend runs SCHED_IDLE between boosts */
     uint64_t backend_boosts;    /* times the frontend raised it because the log filled */
+    /* The durable heap's allocations in use (O(1); right after recovery too).
+     * Exact when read by the thread that runs read-write commands or while
+     * no batch runs. */
+    uint64_t heap_chunks;        /* allocations */
+    uint64_t heap_payload_bytes; /* their bytes, as malloc_usable_size counts them
+                                  * (memalign's blocks are counted whole) */
+    uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

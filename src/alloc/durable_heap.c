@@ -54,6 +54,7 @@
 #define PAGE 4096u
 #define ROUND_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
 #define FIRST_OFF ROUND_UP((uint64_t)sizeof(dheap_root), 64)
+_Static_assert(FIRST_OFF == 768, "the first chunk's offset is part of the pool format (docs/pool-format.md)");
 
 #define HDR_MAGIC 0xD17EA9C5u
 #define ST_INUSE 0x1A5Eu
@@ -228,6 +229,7 @@ static void free_chunk(uint64_t off)
     chunk_hdr *h = hdr_at(off);
     uint64_t sz = csize(h), prev = cprev(h);
     META_SET(r->allocated, r->allocated - sz);
+    META_SET(r->inuse_chunks, r->inuse_chunks - 1);
 
     if (h->cls != CLS_LARGE) {
         unsigned c = h->cls;
@@ -386,6 +388,7 @@ void *dheap_malloc(size_t n)
         return NULL;
     }
     META_SET(r->allocated, r->allocated + csize(hdr_at(off)));
+    META_SET(r->inuse_chunks, r->inuse_chunks + 1);
     return g_base + off + HDR;
 }
 
@@ -475,6 +478,18 @@ void *dheap_memalign(size_t align, size_t n)
     return a;
 }
 
+void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
+{
+    const dheap_root *r = g_root;
+    uint64_t n = r ? r->inuse_chunks : 0, a = r ? r->allocated : 0;
+    if (chunks)
+        *chunks = n;
+    if (payload)
+        *payload = a - n * HDR;
+    if (allocated)
+        *allocated = a;
+}
+
 /* ---- consistency check (tests) ----------------------------------------- */
 
 static int check_fail(const char *why, uint64_t off)
@@ -496,7 +511,7 @@ int dheap_check(void)
         return check_fail("invalid root", 0);
 
     uint64_t free_small[DHEAP_NCLASSES] = {0};
-    uint64_t free_large = 0, inuse = 0, prev = 0, last = 0;
+    uint64_t free_large = 0, inuse = 0, inuse_n = 0, prev = 0, last = 0;
     bool prev_free_large = false;
     uint64_t off = FIRST_OFF, top = r->top;
     while (off < top) {
@@ -528,8 +543,10 @@ int dheap_check(void)
         } else {
             return check_fail("bad chunk class", off);
         }
-        if (h->state == ST_INUSE)
+        if (h->state == ST_INUSE) {
             inuse += sz;
+            inuse_n++;
+        }
         prev_free_large = fl;
         prev = sz;
         last = off;
@@ -543,6 +560,8 @@ int dheap_check(void)
         return check_fail("root.last wrong", r->last);
     if (r->allocated != inuse)
         return check_fail("root.allocated wrong", r->allocated);
+    if (r->inuse_chunks != inuse_n)
+        return check_fail("root.inuse_chunks wrong", r->inuse_chunks);
 
     for (unsigned c = 0; c < DHEAP_NCLASSES; c++) {
         uint64_t n = 0;

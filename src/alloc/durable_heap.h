@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
-#define DHEAP_VERSION 1
+#define DHEAP_VERSION 2 /* 2: inuse_chunks (version 1 pools are refused) */
 
 /* Small size classes: 16..1024 in steps of 16 (64 classes), then four
  * classes per doubling up to 32 KiB (20 classes). Larger requests are "large"
@@ -41,6 +41,7 @@ typedef struct dheap_root {
     uint64_t allocated;  /* bytes (headers included) of chunks in use */
     uint64_t large_free; /* head of the doubly linked list of free large chunks */
     uint64_t small_free[DHEAP_NCLASSES]; /* per-class singly linked free lists */
+    uint64_t inuse_chunks; /* chunks in use (version 2): with allocated, the payload in use */
 } dheap_root;
 
 /* Attach to [base, base+capacity), which must be mapped read-write.
@@ -68,6 +69,13 @@ bool dheap_attached(void);
 /* Report bytes of the heap written on the heap's behalf (e.g. realloc's copy
  * done by split_alloc) through the attached capture callback. */
 void dheap_capture(const void *addr, size_t len);
+
+/* What the attached heap holds in use: *chunks allocations, *payload their
+ * bytes (the sum of dheap_usable_size over them, except that a memalign
+ * block counts whole, from its chunk's start) and *allocated the same with
+ * the 16-byte chunk headers. O(1), read from the root, so right after
+ * recovery too. Zeros when nothing is attached; any pointer may be NULL. */
+void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
 
 /* Walk all chunks and check metadata consistency; 0 if consistent. (tests) */
 int dheap_check(void);

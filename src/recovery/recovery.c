@@ -84,6 +84,11 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
         memcpy(&rp.root, p->base + heap->mirror_offset, sizeof rp.root);
         redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                       p->head.generation, valid_end, preview_visit, &rp, &res);
+        if (rp.root.magic == DHEAP_MAGIC && rp.root.version != DHEAP_VERSION)
+            return mango_error(MANGO_EBADPOOL,
+                               "the durable heap in the pool has format version %llu, this build reads "
+                               "version %u only; refusing to recover (open it with the build that made it)",
+                               (unsigned long long)rp.root.version, (unsigned)DHEAP_VERSION);
         if (rp.root.magic != 0 && dheap_extent_of_root(&rp.root, heap->size) == 0)
             return mango_error(MANGO_EBADPOOL,
                                "the durable heap root in the pool is corrupt (magic %#llx, top %#llx); "

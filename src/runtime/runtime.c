@@ -755,4 +755,5 @@ void mango_get_stats(mango_stats *out)
     out->backend_lowered = rt.backend.lowered;
     out->backend_boosts = atomic_load_explicit(&rt.backend.boosts, memory_order_relaxed);
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
+    dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
 }

@@ -298,7 +298,12 @@ static void test_basics(void)
     dheap_free(z);
     CHECK(dheap_check() == 0);
     CHECK(((dheap_root *)base)->allocated == 0);
+    uint64_t n0 = 1, p0 = 1, a0 = 1;
+    dheap_usage(&n0, &p0, &a0);
+    CHECK(n0 == 0 && p0 == 0 && a0 == 0);
     dheap_detach();
+    dheap_usage(&n0, &p0, &a0);
+    CHECK(n0 == 0 && p0 == 0 && a0 == 0); /* nothing attached */
     CHECK(!dheap_contains(base));
     munmap(base, cap);
 }
@@ -365,6 +370,30 @@ static void test_precise_capture(void)
 
 static size_t g_hwm; /* highest top seen: both images agree up to here */
 
+/* dheap_usage() against the live objects: one chunk each; the payload is the
+ * sum of their usable sizes, plus up to `align` bytes for each memalign block
+ * (counted from its chunk's start). */
+static int usage_matches(const obj *tab, size_t ns)
+{
+    uint64_t chunks, payload, allocated, live = 0, usable = 0, slack = 0;
+    dheap_usage(&chunks, &payload, &allocated);
+    for (size_t i = 0; i < ns; i++) {
+        if (!tab[i].p)
+            continue;
+        live++;
+        usable += dheap_usable_size(tab[i].p);
+        if (tab[i].align > 16)
+            slack += tab[i].align;
+    }
+    int ok = chunks == live && payload >= usable && payload <= usable + slack &&
+             allocated == payload + 16 * chunks && allocated == ((dheap_root *)g_lo)->allocated;
+    if (!ok)
+        fprintf(stderr, "usage: %llu chunks, %llu payload, %llu allocated; live %llu, usable %llu (+%llu)\n",
+                (unsigned long long)chunks, (unsigned long long)payload, (unsigned long long)allocated,
+                (unsigned long long)live, (unsigned long long)usable, (unsigned long long)slack);
+    return ok;
+}
+
 static int mirror_matches(size_t cap)
 {
     size_t end = g_hwm;
@@ -402,6 +431,7 @@ static void crash_and_recover(size_t cap, obj *tab, size_t ns)
     }
     CHECK(dheap_attach(base, cap, false, capture) == 0);
     CHECK(dheap_check() == 0);
+    CHECK(usage_matches(tab, ns)); /* the recovered root's counters */
     int ok = 1;
     for (size_t i = 0; i < ns; i++)
         if (tab[i].p && (!pattern_ok(&tab[i], tab[i].n) || dheap_usable_size(tab[i].p) < tab[i].n))
@@ -441,6 +471,7 @@ static void test_workload(void)
     for (int i = 0; i < NS; i++)
         if (tab[i].p)
             live++, live_bytes += tab[i].n;
+    CHECK(usage_matches(tab, NS));
     printf("workload: %d ops, %zu live objects (%zu KiB), top %zu KiB, hwm %zu KiB, allocated %llu KiB\n",
            OPS, live, live_bytes >> 10, (size_t)heap_top() >> 10, g_hwm >> 10,
            (unsigned long long)((dheap_root *)base)->allocated >> 10);

@@ -503,6 +503,12 @@ static int check_one(const char *path, bool quiet)
                 path, res.torn_lsn, res.torn_reason);
 
     uint64_t extent = 0;
+    if (c.heap && c.root.magic == DHEAP_MAGIC && c.root.version != DHEAP_VERSION) {
+        fprintf(stderr, "mango: %s: the durable heap has format version %" PRIu64 ", this build reads "
+                        "version %u only\n", path, c.root.version, (unsigned)DHEAP_VERSION);
+        pool_close(&p);
+        return EXIT_BAD;
+    }
     if (c.heap && c.root.magic != 0) {
         extent = dheap_extent_of_root(&c.root, c.heap->size);
         if (extent == 0) {
