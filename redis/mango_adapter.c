@@ -66,6 +66,8 @@
 
 /* Defined in server.c without a declaration in server.h. */
 void createSharedObjects(void);
+/* Added to zmalloc.c by the patch (recovery sets the restored counter). */
+void zmalloc_set_used_memory(size_t um);
 extern dictType keylistDictType;
 
 static int mango_on;        /* mango_init succeeded */
@@ -79,6 +81,9 @@ static uint64_t *key_slots;   /* hash(db, key) -> ticket of its last writer */
 static uint64_t durable_seen; /* last durable ticket read from Mangosteen */
 static int durable_fd = -1;  /* Mangosteen's eventfd, in the event loop */
 static int mango_recovered; /* the pool held a state */
+/* zmalloc's used_memory just before and just after mango_init (which may
+ * restore it from the pool); see recount_used_memory(). */
+static size_t used_memory_before_init, used_memory_restored;
 static int write_depth;     /* nesting of write sections */
 static uintptr_t heap_lo, heap_hi;
 static char init_msg[512];  /* logged once logging is configured */
@@ -344,7 +349,9 @@ void mangoRedisInit(int argc, char **argv)
     cfg.pool_path = setting_named("mango-pool")->value; /* NULL: the runtime's default */
     cfg.max_threads = 4; /* the main thread; bio threads only free (deferred) */
     mango_callbacks cb = {.is_read_only = dummy_ro, .process_request = dummy_process};
+    used_memory_before_init = zmalloc_used_memory();
     int rc = mango_init(&cfg, &cb);
+    used_memory_restored = zmalloc_used_memory();
     if (rc < 0) {
         fprintf(stderr, "Mangosteen: cannot open the pool: %s\n", mango_last_error());
         exit(1);
@@ -811,6 +818,26 @@ int mangoRefuseCommand(client *c)
 
 /* ---- databases ------------------------------------------------------------ */
 
+/* zmalloc's used_memory is a .bss counter: the pool restores it as the last
+ * batch recorded it, transient memory of the crashed process included (reply
+ * buffers, query buffers), which no one will ever free. Recount it as this
+ * process sees it: the durable heap's bytes in use, which is the dataset
+ * (and any garbage the crashed process left there), plus what this process
+ * allocated before and after the restore. */
+static void recount_used_memory(void)
+{
+    mango_stats s;
+    mango_get_stats(&s);
+    size_t recorded = used_memory_restored;
+    long long own = (long long)zmalloc_used_memory() - (long long)used_memory_restored +
+                    (long long)used_memory_before_init;
+    size_t um = (size_t)s.heap_payload_bytes + (size_t)(own > 0 ? own : 0);
+    zmalloc_set_used_memory(um);
+    serverLog(LL_NOTICE, "Mangosteen: used_memory %zu after recovery (durable heap %llu in %llu allocations, "
+              "this process %lld; the pool had recorded %zu)", um, (unsigned long long)s.heap_payload_bytes,
+              (unsigned long long)s.heap_chunks, own, recorded);
+}
+
 int mangoLoadDataFromDisk(void)
 {
     if (!mango_on) return 1;
@@ -887,6 +914,7 @@ void mangoCreateDatabases(void)
         long long keys = 0;
         for (j = 0; j < server.dbnum; j++) keys += dictSize(server.db[j].dict);
         serverLog(LL_NOTICE, "Mangosteen: %d databases restored, %lld keys, no replay", server.dbnum, keys);
+        recount_used_memory();
     }
     /* Transient per-db bookkeeping (points at clients). */
     for (j = 0; j < server.dbnum; j++) {
