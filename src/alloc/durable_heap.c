@@ -478,16 +478,17 @@ void *dheap_memalign(size_t align, size_t n)
     return a;
 }
 
+uint64_t dheap_root_payload(const dheap_root *root) { return root->allocated - root->inuse_chunks * HDR; }
+
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
 {
     const dheap_root *r = g_root;
-    uint64_t n = r ? r->inuse_chunks : 0, a = r ? r->allocated : 0;
     if (chunks)
-        *chunks = n;
+        *chunks = r ? r->inuse_chunks : 0;
     if (payload)
-        *payload = a - n * HDR;
+        *payload = r ? dheap_root_payload(r) : 0;
     if (allocated)
-        *allocated = a;
+        *allocated = r ? r->allocated : 0;
 }
 
 /* ---- consistency check (tests) ----------------------------------------- */

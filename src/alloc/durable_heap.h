@@ -76,6 +76,8 @@ void dheap_capture(const void *addr, size_t len);
  * the 16-byte chunk headers. O(1), read from the root, so right after
  * recovery too. Zeros when nothing is attached; any pointer may be NULL. */
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
+/* The payload in use that a root image records (as dheap_usage's *payload). */
+uint64_t dheap_root_payload(const dheap_root *root);
 
 /* Walk all chunks and check metadata consistency; 0 if consistent. (tests) */
 int dheap_check(void);

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import struct
@@ -216,6 +217,8 @@ def test_good_pool_check_inspect_and_recover(workdir):
     c = check(p)
     assert c.returncode == 0, c.stderr
     assert c.stdout.startswith(p + ": ok (") and c.stderr == ""
+    m = re.search(r"heap ([\d.]+ \w+) carved, ([\d.]+ \w+) in (\d+) allocations?;", c.stdout)
+    assert m and int(m.group(3)) > 0, c.stdout  # the kvstore demo's table
     i = run(MANGO, "inspect", p)
     assert i.returncode == 0, i.stderr
     for word in ("format version   2", "region", "head slots", "fingerprint", "torn tail"):

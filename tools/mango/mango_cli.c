@@ -520,8 +520,10 @@ static int check_one(const char *path, bool quiet)
         }
     }
     if (!quiet) {
-        char b1[32], b2[32], b3[32], b4[48];
-        snprintf(b4, sizeof b4, "%s in use", human(extent, b3, sizeof b3));
+        char b1[32], b2[32], b3[32], b5[32], b4[96];
+        snprintf(b4, sizeof b4, "%s carved, %s in %" PRIu64 " allocation%s", human(extent, b3, sizeof b3),
+                 human(dheap_root_payload(&c.root), b5, sizeof b5), c.root.inuse_chunks,
+                 c.root.inuse_chunks == 1 ? "" : "s");
         printf("%s: ok (format %u, %s, %u regions, log %s: %" PRIu64 " committed frame%s pending "
                "replay, %s%s; heap %s; %s)\n",
                path, p.hdr->version, human(p.hdr->pool_size, b1, sizeof b1), p.nregions,
