@@ -298,13 +298,15 @@ static void mango_atexit(void)
         mango_get_stats(&s);
         fprintf(stderr, "Mangosteen stats: batches=%llu rw_commands=%llu log_blocks=%llu log_bytes=%llu "
                 "frontend_syncs=%llu backend_syncs=%llu pipelined_batches=%llu pipeline_syncs=%llu "
-                "log_full_waits=%llu backend_lowered=%llu backend_boosts=%llu gather_holds=%llu\n",
+                "log_full_waits=%llu backend_lowered=%llu backend_boosts=%llu gather_holds=%llu "
+                "heap_chunks=%llu heap_payload_bytes=%llu graves_pending=%lu\n",
                 (unsigned long long)s.batches, (unsigned long long)s.rw_commands,
                 (unsigned long long)s.log_blocks, (unsigned long long)s.log_bytes,
                 (unsigned long long)s.frontend_syncs, (unsigned long long)s.backend_syncs,
                 (unsigned long long)s.pipelined_batches, (unsigned long long)s.pipeline_syncs,
                 (unsigned long long)s.log_full_waits, (unsigned long long)s.backend_lowered,
-                (unsigned long long)s.backend_boosts, (unsigned long long)gather_holds);
+                (unsigned long long)s.backend_boosts, (unsigned long long)gather_holds,
+                (unsigned long long)s.heap_chunks, (unsigned long long)s.heap_payload_bytes, mangoGravesPending());
     }
     mango_shutdown();
     mango_on = 0;
@@ -465,6 +467,9 @@ void mangoCommit(void)
     }
     cmds_per_pass_x16 += cmds_this_pass - cmds_per_pass_x16 / 16;
     cmds_this_pass = 0;
+    /* Big objects freed by this pass's commands (or earlier ones) are
+     * released a step at a time, in this pass's batch (mango_release.c). */
+    if (mangoReleaseStep()) aeSetDontWait(server.el, 1);
     if (mango_batch_open()) {
         serverAssert(write_depth == 0);
         if (gather_more()) {
@@ -518,6 +523,14 @@ int mangoReplyHeld(client *c)
 }
 
 int mangoEnabled(void) { return mango_on; }
+
+int mangoInWriteSection(void) { return write_depth > 0; }
+
+void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
+{
+    *lo = heap_lo;
+    *hi = heap_hi;
+}
 
 int mangoAnyVolatileKeys(void)
 {
@@ -915,6 +928,10 @@ void mangoCreateDatabases(void)
         for (j = 0; j < server.dbnum; j++) keys += dictSize(server.db[j].dict);
         serverLog(LL_NOTICE, "Mangosteen: %d databases restored, %lld keys, no replay", server.dbnum, keys);
         recount_used_memory();
+        unsigned long graves = mangoGravesPending();
+        if (graves)
+            serverLog(LL_NOTICE, "Mangosteen: %lu flushed databases or deleted big objects were still being "
+                      "freed; the release goes on in steps", graves);
     }
     /* Transient per-db bookkeeping (points at clients). */
     for (j = 0; j < server.dbnum; j++) {

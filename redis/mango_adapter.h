@@ -18,6 +18,8 @@
 #ifndef MANGO_ADAPTER_H
 #define MANGO_ADAPTER_H
 
+#include <stdint.h>
+
 /* Called in main() right after the dict hash seed is set and before any dict
  * exists or the config is loaded (recovery restores the pool's hash seed and
  * the config then overrides any other restored global): opens or creates the
@@ -78,5 +80,28 @@ int mangoBatchOpen(void);
 int mangoAnyVolatileKeys(void);
 /* Used by dict.c: may this dict take an incremental rehash step now? */
 int mangoDictMayRehash(const void *d);
+/* Is the event loop inside a write section (stores are being logged)? */
+int mangoInWriteSection(void);
+/* The durable heap's address range. */
+void mangoHeapRange(uintptr_t *lo, uintptr_t *hi);
+
+/* mango_release.c: big durable objects are released in steps. */
+struct redisDb;
+struct redisObject;
+/* db.c emptyDbStructure(): put db's dicts on the graveyard and give it empty
+ * ones (1), or leave the flush to Redis (0: durability off, not server.db). */
+int mangoEmptyDb(struct redisDb *db);
+/* object.c decrRefCount(): o, losing its last reference in a write section,
+ * is big enough to be released in steps: it is on the graveyard now (1), or
+ * free it as usual (0). */
+int mangoFreeLater(struct redisObject *o);
+/* lazyfree.c freeObjAsync(): a durable o is freed now or put on the
+ * graveyard, never handed to the lazyfree thread (1); 0: as usual. */
+int mangoFreeAsync(struct redisObject *o);
+/* End of a pass (mangoCommit): release some of the graveyard in the pass's
+ * batch; 1 if anything is left (the loop should not sleep). */
+int mangoReleaseStep(void);
+/* Objects and databases waiting on the graveyard (walks it). */
+unsigned long mangoGravesPending(void);
 
 #endif

@@ -920,6 +920,142 @@ def test_writes_larger_than_the_log(srv):
     assert_same(before, snapshot(srv), "after kill")
 
 
+SMALL_LOG = {"MANGO_LOG_SIZE": "8m"}  # a batch holds ~4 MB of log: ~87 000 blocks
+
+
+def load_hashes(r, n, fields=20, prefix="h"):
+    """n hashes of `fields` 80-byte values (over hash-max-listpack-value, so
+    hashtable-encoded: ~3 allocations a field), pipelined in commands small
+    enough for their own batches."""
+    p = r.pipeline(transaction=False)
+    for i in range(n):
+        p.hset(f"{prefix}:{i}", mapping={f"f{j}": f"value-{i:08d}-{j:08d}-".ljust(80, "x") for j in range(fields)})
+        if i % 200 == 199:
+            p.execute()
+    p.execute()
+
+
+def wait_released(r, base, slack=2 << 20, timeout=60.0):
+    """The graveyard is released when used_memory is back near base."""
+    wait_until(lambda: used_memory(r) < base + slack, timeout=timeout, what="memory released")
+
+
+@pytest.mark.parametrize("cmd", ["FLUSHALL", "FLUSHALL ASYNC", "FLUSHDB", "FLUSHDB ASYNC"])
+def test_flush_larger_than_a_batch(server_factory, cmd):
+    """Freeing is logged too: a FLUSHALL of 3000 hashes of 20 fields frees
+    ~190 000 chunks, more than one batch holds with an 8 MiB log. Before the
+    fix the server stopped at the end of that batch ("a batch wrote ...
+    blocks"), came back with the data, and stopped again at the next FLUSHALL.
+    Now the flush swaps in empty dicts in its own batch and the old ones are
+    freed a step per pass: the reply comes at once, the keyspace is empty,
+    the memory comes back, and a kill afterwards recovers the empty keyspace."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    base = used_memory(r)
+    load_hashes(r, 3000)
+    assert used_memory(r) > base + (5 << 20)
+    assert r.execute_command(*cmd.split()) in (True, b"OK", "OK")
+    assert r.dbsize() == 0 and r.ping()
+    wait_released(r, base)
+    r.set("after", "1")
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == 1 and r.get("after") == b"1"
+
+
+@pytest.mark.parametrize("kind", ["hash", "set", "zset", "list"])
+@pytest.mark.parametrize("how", ["DEL", "UNLINK", "SET", "EXPIRE"])
+def test_big_key_removed_in_steps(server_factory, kind, how):
+    """One key whose value alone frees more chunks than a batch holds (a hash
+    of 60 000 fields: ~180 000 frees) is removed by DEL, UNLINK, a SET over
+    it or its expiry; the value is released in steps after the command's
+    batch. The other key survives, the memory comes back, nothing comes back
+    after a kill."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    base = used_memory(r)
+    r.config_set("list-max-listpack-size", 4)  # 15 000 quicklist nodes: released in steps too
+    n, chunk = 60000, 2000
+    for i in range(0, n, chunk):
+        members = [f"member-{j:08d}" for j in range(i, i + chunk)]
+        if kind == "hash":
+            r.hset("big", mapping={m: "v" * 20 for m in members})
+        elif kind == "set":
+            r.sadd("big", *members)
+        elif kind == "zset":
+            r.zadd("big", {m: j for j, m in enumerate(members, i)})
+        else:
+            r.rpush("big", *members)
+    r.set("keep", "k")
+    assert used_memory(r) > base + (1 << 20)
+    if how == "DEL":
+        assert r.delete("big") == 1
+    elif how == "UNLINK":
+        assert r.unlink("big") == 1
+    elif how == "SET":
+        assert r.set("big", "small")
+    else:
+        assert r.pexpire("big", 1)
+        wait_until(lambda: r.exists("big") == 0, what="expiry")
+    assert r.ping()
+    wait_released(r, base)
+    # A write after the release: before the fix an UNLINKed value's frees came
+    # back from the lazyfree thread as one queue, drained into the next batch.
+    assert r.set("after", "1") and r.ping()
+    s.restart("kill")
+    r = s.client()
+    assert r.get("keep") == b"k" and r.get("after") == b"1"
+    assert r.get("big") == (b"small" if how == "SET" else None)
+
+
+def test_many_unlinks_in_one_pass(server_factory):
+    """UNLINK handed values of over 64 elements to Redis's lazyfree thread;
+    its frees of durable memory came back as one queue, drained into the
+    next batch: 200 UNLINKs of 1000-member sets pipelined in one pass freed
+    ~400 000 chunks there, more than a batch holds. Now durable values stay
+    off that thread: each is freed by its own command (or released in steps
+    if larger), and the pass's batch is ended early between commands."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    base = used_memory(r)
+    p = r.pipeline(transaction=False)
+    for i in range(200):
+        p.sadd(f"s:{i}", *[f"member-{j:06d}" for j in range(1000)])
+    p.execute()
+    p = r.pipeline(transaction=False)
+    for i in range(200):
+        p.unlink(f"s:{i}")
+    assert p.execute() == [1] * 200
+    wait_released(r, base)  # (the lazyfree thread would have freed them all by now)
+    assert r.set("after", "1") and r.dbsize() == 1  # a batch after the frees
+    s.restart("kill")
+    assert s.client().dbsize() == 1
+
+
+@pytest.mark.parametrize("mode", ["emulated", "fs", "sim"])
+def test_release_resumes_after_a_kill(server_factory, mode):
+    """Killed in the middle of releasing a flushed database (the test hook
+    frees 500 elements a pass and lets the loop sleep between passes, so the
+    release takes seconds), the server comes back with the graveyard as its
+    last batch left it, says so, and finishes the release: the memory comes
+    back to what an empty server uses, so nothing was leaked (and nothing was
+    freed twice: the durable heap would abort on a double free). In sim mode
+    the kill is a power failure: only what the syncs made durable is kept."""
+    s = server_factory(mode, env=dict(SMALL_LOG, MANGO_REDIS_TEST_RELEASE_PER_PASS="500"))
+    r = s.client()
+    base = used_memory(r)
+    load_hashes(r, 3000)
+    assert r.flushall()
+    time.sleep(0.5)
+    assert used_memory(r) > base + (2 << 20)  # still releasing
+    s.env.pop("MANGO_REDIS_TEST_RELEASE_PER_PASS")
+    s.restart("kill")
+    assert re.search(r"were still being freed; the release goes on in steps", s.logtext()), s.logtext()[-2000:]
+    r = s.client()
+    assert r.dbsize() == 0
+    wait_released(r, base)
+
+
 def test_maxmemory_evictions_are_durable(srv):
     """maxmemory eviction deletes keys from performEvictions(), outside any
     command; the patch runs it in a write section. With 4 MB and allkeys-lru

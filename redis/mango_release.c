@@ -1,0 +1,316 @@
+/* mango_release.c -- releasing big durable objects in steps (durable Redis).
+ *
+ * Compiled into redis-server next to mango_adapter.c (see docs/redis.md,
+ * "Releasing big objects").
+ *
+ * Every store a write section makes is logged, and one batch may hold at most
+ * half of the log. Freeing is such a store: each durable chunk freed writes
+ * its header and a free-list link. A FLUSHALL of 20 000 YCSB records frees
+ * about 640 000 chunks (~960 000 log blocks, 46 MB of log), more than one
+ * batch of the default 64 MiB log may hold, and the server had to stop: the
+ * batch could neither commit nor be dropped. The same happened to a DEL of a
+ * hash of a few hundred thousand fields, and to their lazy (ASYNC, UNLINK)
+ * forms, whose frees came back from the lazyfree thread as one deferred
+ * queue drained in one batch.
+ *
+ * So the unlinking and the freeing are split:
+ *   - FLUSHALL/FLUSHDB (sync or ASYNC) swap in empty dicts in the command's
+ *     batch and put the old ones on the graveyard (mangoEmptyDb);
+ *   - a list, set, sorted set or hash above GRAVE_MIN_EFFORT elements that
+ *     loses its last reference inside a write section (DEL, UNLINK, SET over
+ *     it, expiry, eviction, a flushed database's values) goes to the
+ *     graveyard instead of being freed (mangoFreeLater);
+ *   - lazyfree (UNLINK, the lazyfree-lazy-* options) no longer hands durable
+ *     values to its thread: they are freed at once, or go to the graveyard
+ *     (mangoFreeAsync);
+ *   - at the end of every event-loop pass, in that pass's batch, the
+ *     graveyard is released for at most RELEASE_STEP_NS or until the batch
+ *     holds an eighth of a batch's room (mangoReleaseStep), and the loop
+ *     does not sleep while anything is left.
+ * The graveyard is durable: its nodes live in the durable heap, its head and
+ * tail are .bss words written only in write sections, and every step is
+ * part of a batch. After a crash the release goes on where the last durable
+ * batch left it; nothing is leaked and nothing is freed twice.
+ *
+ * Released in steps: the buckets of a dict (a database, a hashtable-encoded
+ * hash or set, a sorted set's dict), a sorted set's skiplist, a list's
+ * quicklist nodes. Streams and module values are freed at once, as before
+ * (a stream with that many nodes still fills one batch).
+ */
+#include "server.h"
+#include "mango_adapter.h"
+#include "mango.h"
+
+#include <stdint.h>
+#include <time.h>
+
+/* Elements (lazyfreeGetFreeEffort) above which a value is released in steps.
+ * Below it a value is freed at once: at most ~3 000 chunks, a few hundred
+ * KB of log, which any batch holds (the adapter ends a pass's batch early
+ * once it fills a quarter of a batch's room). Not lazyfree's 64: a value on
+ * the graveyard still counts in used_memory until its turn, so maxmemory
+ * eviction, which measures what a deletion frees, would evict more keys. */
+#define GRAVE_MIN_EFFORT 1024
+#define RELEASE_STEP_NS 1000000ull    /* time given to releasing per pass */
+#define RELEASE_ROOM_DIVISOR 8        /* stop at this fraction of a batch's room */
+
+/* One thing to release. A database: obj == NULL, dicts = {dict, expires}. */
+typedef struct grave {
+    struct grave *next;
+    robj *obj;
+    dict *dicts[2];
+    int table;             /* the dict being released: hash table 0, then 1 */
+    unsigned long bucket;  /* its next bucket */
+} grave;
+
+/* Durable: written only inside write sections (restored by recovery). */
+static grave *graves_head, *graves_tail;
+
+/* Transient: the object freed whole right now must not come back here. */
+static int releasing_whole;
+/* Test hook (redis/tests): MANGO_REDIS_TEST_RELEASE_PER_PASS=N frees at most
+ * N elements a step, at most one step per 20 ms, and lets the loop sleep
+ * between passes, so a release lasts long enough for a test to kill the
+ * server in the middle of it. */
+static long test_per_pass = -1; /* -1: not read yet; 0: off */
+static uint64_t test_last_step_ns;
+
+typedef struct step_budget {
+    uint64_t deadline_ns;
+    uint64_t room;   /* stop once the batch holds this many bytes of blocks */
+    unsigned long spent; /* elements freed in this step */
+    unsigned long max;   /* elements allowed in this step */
+    int out;         /* budget exhausted */
+} step_budget;
+
+/* Defined in t_zset.c and lazyfree.c without a declaration in server.h. */
+void zslFreeNode(zskiplistNode *node);
+size_t lazyfreeGetFreeEffort(robj *key, robj *obj, int dbid);
+
+/* Can o be released in steps? */
+static int steppable(const robj *o)
+{
+    return (o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST) ||
+           ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) ||
+           (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST);
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* May the step free one more element? Checks the clock and the batch's room
+ * every 16 elements (and the test hook's cap at each). */
+static int budget_left(step_budget *b)
+{
+    if (b->out) return 0;
+    if (b->spent >= b->max) {
+        b->out = 1;
+        return 0;
+    }
+    if ((b->spent++ & 15) == 0) {
+        uint64_t used = 0;
+        mango_batch_room(&used, NULL);
+        if (used >= b->room || now_ns() >= b->deadline_ns) b->out = 1;
+    }
+    return !b->out;
+}
+
+static void grave_push(robj *obj, dict *d0, dict *d1)
+{
+    grave *g = zmalloc(sizeof *g);
+    g->next = NULL;
+    g->obj = obj;
+    g->dicts[0] = d0;
+    g->dicts[1] = d1;
+    g->table = 0;
+    g->bucket = 0;
+    if (graves_tail) graves_tail->next = g;
+    else graves_head = g;
+    graves_tail = g;
+}
+
+/* Frees d's entries (with its type's destructors), tables and struct, bucket
+ * by bucket from g's cursor. Returns 1 once d is gone. A bucket's chain is
+ * freed whole (chains are short). */
+static int release_dict_step(dict *d, grave *g, step_budget *b)
+{
+    while (g->table < 2) {
+        int t = g->table;
+        unsigned long size = DICTHT_SIZE(d->ht_size_exp[t]);
+        while (g->bucket < size && d->ht_used[t] > 0) {
+            if (!budget_left(b)) return 0;
+            dictEntry *he = d->ht_table[t][g->bucket];
+            while (he) {
+                dictEntry *next = he->next;
+                dictFreeKey(d, he);
+                dictFreeVal(d, he);
+                zfree(he);
+                d->ht_used[t]--;
+                he = next;
+            }
+            d->ht_table[t][g->bucket] = NULL;
+            g->bucket++;
+        }
+        zfree(d->ht_table[t]);
+        d->ht_table[t] = NULL;
+        d->ht_size_exp[t] = -1;
+        d->ht_used[t] = 0;
+        g->table = t + 1;
+        g->bucket = 0;
+    }
+    zfree(d);
+    g->table = 0;
+    g->bucket = 0;
+    return 1;
+}
+
+/* A skiplist's nodes from the first on; the header's level-0 link always
+ * points at the first node left. Returns 1 once the skiplist is gone. */
+static int release_zsl_step(zskiplist *zsl, step_budget *b)
+{
+    zskiplistNode *x = zsl->header->level[0].forward;
+    while (x && budget_left(b)) {
+        zskiplistNode *next = x->level[0].forward;
+        zslFreeNode(x);
+        zsl->length--;
+        x = next;
+    }
+    zsl->header->level[0].forward = x;
+    if (x) {
+        x->backward = NULL;
+        return 0;
+    }
+    zslFree(zsl); /* the header and the struct */
+    return 1;
+}
+
+/* A quicklist's nodes from the head on. Returns 1 once it is gone. */
+static int release_quicklist_step(quicklist *ql, step_budget *b)
+{
+    quicklistNode *n = ql->head;
+    while (n && budget_left(b)) {
+        quicklistNode *next = n->next;
+        zfree(n->entry);
+        ql->count -= n->count;
+        zfree(n);
+        ql->len--;
+        n = next;
+    }
+    ql->head = n;
+    if (n) {
+        n->prev = NULL;
+        return 0;
+    }
+    ql->tail = NULL;
+    quicklistRelease(ql); /* no nodes left: bookmarks and the struct */
+    return 1;
+}
+
+static int release_object_step(grave *g, step_budget *b)
+{
+    robj *o = g->obj;
+    if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) {
+        if (!release_dict_step(o->ptr, g, b)) return 0;
+    } else if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) {
+        zset *zs = o->ptr;
+        if (zs->dict) { /* its entries share their sds with the skiplist: no destructors */
+            if (!release_dict_step(zs->dict, g, b)) return 0;
+            zs->dict = NULL;
+        }
+        if (!release_zsl_step(zs->zsl, b)) return 0;
+        zfree(zs);
+    } else if (o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST) {
+        if (!release_quicklist_step(o->ptr, b)) return 0;
+    } else { /* not steppable (not queued by mangoFreeLater): at once */
+        releasing_whole = 1;
+        decrRefCount(o);
+        releasing_whole = 0;
+        return 1;
+    }
+    zfree(o);
+    return 1;
+}
+
+/* A flushed database: the expires dict (its keys are the main dict's), then
+ * the main dict, whose values may join the graveyard themselves. */
+static int release_db_step(grave *g, step_budget *b)
+{
+    if (g->dicts[1]) {
+        if (!release_dict_step(g->dicts[1], g, b)) return 0;
+        g->dicts[1] = NULL;
+    }
+    if (!release_dict_step(g->dicts[0], g, b)) return 0;
+    return 1;
+}
+
+static int in_durable_heap(const void *p)
+{
+    uintptr_t lo, hi;
+    mangoHeapRange(&lo, &hi);
+    return (uintptr_t)p >= lo && (uintptr_t)p < hi;
+}
+
+int mangoEmptyDb(redisDb *db)
+{
+    if (!mangoEnabled() || db < server.db || db >= server.db + server.dbnum) return 0;
+    mangoWriteBegin();
+    grave_push(NULL, db->dict, db->expires);
+    db->dict = dictCreate(&dbDictType);
+    db->expires = dictCreate(&dbExpiresDictType);
+    mangoWriteEnd();
+    return 1;
+}
+
+int mangoFreeLater(robj *o)
+{
+    if (!mangoEnabled() || releasing_whole || !mangoInWriteSection() || o->refcount != 1) return 0;
+    if (!steppable(o) || !in_durable_heap(o)) return 0;
+    if (lazyfreeGetFreeEffort(NULL, o, 0) <= GRAVE_MIN_EFFORT) return 0;
+    grave_push(o, NULL, NULL);
+    return 1;
+}
+
+int mangoFreeAsync(robj *o)
+{
+    if (!mangoEnabled() || !mangoInWriteSection() || o->refcount != 1 || !in_durable_heap(o)) return 0;
+    decrRefCount(o); /* at once, or onto the graveyard if big */
+    return 1;
+}
+
+int mangoReleaseStep(void)
+{
+    if (!graves_head) return 0;
+    if (test_per_pass < 0) {
+        const char *e = getenv("MANGO_REDIS_TEST_RELEASE_PER_PASS");
+        test_per_pass = e && *e ? atol(e) : 0;
+    }
+    if (test_per_pass > 0) {
+        if (now_ns() - test_last_step_ns < 20000000ull) return 0;
+        test_last_step_ns = now_ns();
+    }
+    uint64_t cap = 0;
+    mango_batch_room(NULL, &cap);
+    step_budget b = {.deadline_ns = now_ns() + RELEASE_STEP_NS, .room = cap / RELEASE_ROOM_DIVISOR,
+                     .max = test_per_pass > 0 ? (unsigned long)test_per_pass : ~0ul};
+    mangoWriteBegin();
+    while (graves_head && !b.out) {
+        grave *g = graves_head;
+        if (!(g->obj ? release_object_step(g, &b) : release_db_step(g, &b))) break;
+        graves_head = g->next;
+        if (!graves_head) graves_tail = NULL;
+        zfree(g);
+    }
+    mangoWriteEnd();
+    return graves_head != NULL && test_per_pass <= 0;
+}
+
+unsigned long mangoGravesPending(void)
+{
+    unsigned long n = 0;
+    for (grave *g = graves_head; g; g = g->next) n++;
+    return n;
+}
