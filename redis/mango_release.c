@@ -1,17 +1,17 @@
 /* mango_release.c -- releasing big durable objects in steps (durable Redis).
  *
  * Compiled into redis-server next to mango_adapter.c (see docs/redis.md,
- * "Releasing big objects").
+ * "Releasing big objects in steps").
  *
  * Every store a write section makes is logged, and one batch may hold at most
  * half of the log. Freeing is such a store: each durable chunk freed writes
- * its header and a free-list link. A FLUSHALL of 20 000 YCSB records frees
- * about 640 000 chunks (~960 000 log blocks, 46 MB of log), more than one
- * batch of the default 64 MiB log may hold, and the server had to stop: the
+ * its header and a free-list link. A FLUSHALL of 20 000 YCSB records wrote
+ * 960 896 log blocks (46 MB of log), more than one batch of the default
+ * 64 MiB log may hold, and the server had to stop: the
  * batch could neither commit nor be dropped. The same happened to a DEL of a
- * hash of a few hundred thousand fields, and to their lazy (ASYNC, UNLINK)
- * forms, whose frees came back from the lazyfree thread as one deferred
- * queue drained in one batch.
+ * big enough hash (60 000 fields with the tests' 8 MiB log), and to the lazy
+ * forms (FLUSHALL ASYNC, UNLINK), whose frees came back from the lazyfree
+ * thread as one deferred queue drained into one batch.
  *
  * So the unlinking and the freeing are split:
  *   - FLUSHALL/FLUSHDB (sync or ASYNC) swap in empty dicts in the command's
