@@ -774,6 +774,51 @@ void mangoCallEnd(client *c, int write)
     }
 }
 
+size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
+
+/* Bytes of durable data a command would derive from keys that exist, or make
+ * from an offset: COPY, the *STORE commands, SORT/GEORADIUS ... STORE and
+ * BITOP copy their sources (twice the sources' sampled size, MEMORY USAGE's
+ * estimate: a copy logs about that much in blocks and allocator metadata;
+ * the destination, replaced, is not counted); SETRANGE and SETBIT grow a
+ * string up to their offset. Other commands: 0. */
+static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    redisCommandProc *p = cmd->proc;
+    long long off = 0;
+    if (p == setrangeCommand)
+        return argc >= 4 && getLongLongFromObject(argv[2], &off) == C_OK && off > 0 ? (uint64_t)off : 0;
+    if (p == setbitCommand)
+        return argc >= 3 && getLongLongFromObject(argv[2], &off) == C_OK && off > 0 ? (uint64_t)off / 8 : 0;
+    int dest; /* the destination's argv index; -1: the source is argv[1] */
+    if (p == sunionstoreCommand || p == sinterstoreCommand || p == sdiffstoreCommand || p == zunionstoreCommand ||
+        p == zinterstoreCommand || p == zdiffstoreCommand || p == zrangestoreCommand || p == geosearchstoreCommand)
+        dest = 1;
+    else if (p == copyCommand || p == bitopCommand)
+        dest = 2;
+    else if (p == sortCommand || p == georadiusCommand || p == georadiusbymemberCommand) {
+        int store = 0;
+        for (int j = 2; j < argc; j++)
+            if (sdsEncodedObject(argv[j]) && (!strcasecmp(argv[j]->ptr, "store") || !strcasecmp(argv[j]->ptr, "storedist")))
+                store = 1;
+        if (!store) return 0;
+        dest = -1;
+    } else {
+        return 0;
+    }
+    uint64_t bytes = 0;
+    getKeysResult keys = GETKEYS_RESULT_INIT;
+    int n = dest < 0 ? 1 : getKeysFromCommand(cmd, argv, argc, &keys);
+    for (int i = 0; i < n; i++) {
+        int pos = dest < 0 ? 1 : keys.keys[i].pos;
+        if (pos == dest || pos >= argc || !sdsEncodedObject(argv[pos])) continue;
+        dictEntry *de = dictFind(c->db->dict, argv[pos]->ptr);
+        if (de) bytes += 2 * (uint64_t)objectComputeSize(argv[pos], dictGetVal(de), 5, c->db->id);
+    }
+    getKeysFreeResult(&keys);
+    return bytes;
+}
+
 int mangoRefuseCommand(client *c)
 {
     if (!mango_on) return 0;
@@ -786,8 +831,13 @@ int mangoRefuseCommand(client *c)
         uint64_t cap;
         mango_batch_room(NULL, &cap);
         /* Redis's own sums of argument bytes: this command's, and for EXEC
-         * everything it queued. */
+         * everything it queued; then what the commands copy from other keys
+         * (derived_bytes). */
         uint64_t args = c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0);
+        args += derived_bytes(c, c->cmd, c->argv, c->argc);
+        for (int j = 0; exec && j < c->mstate.count; j++)
+            args += derived_bytes(c, c->mstate.commands[j].cmd, c->mstate.commands[j].argv,
+                                  c->mstate.commands[j].argc);
         /* DEBUG POPULATE count [prefix] [size]: ~160 bytes of keyspace
          * structure per key besides its value (measured: 100 000 keys of
          * 100 bytes logged 25 MB). */

@@ -1008,6 +1008,40 @@ def test_big_key_removed_in_steps(server_factory, kind, how):
     assert r.get("big") == (b"small" if how == "SET" else None)
 
 
+def test_copies_larger_than_a_batch_are_refused(server_factory):
+    """A command that copies an existing key (COPY, SUNIONSTORE, ...) or
+    grows a string to an offset (SETRANGE, SETBIT) has small arguments but
+    can make more new data than a batch holds: a COPY of a 60 000-member set
+    wrote 197 205 blocks with an 8 MiB log and the server exited at the
+    batch's end, and again at every retry. Such commands are now refused
+    with an error before they run (the estimate: twice the sources' MEMORY
+    USAGE, or the offset), alone or queued in a MULTI; smaller ones, and a
+    small result replacing a big destination, still run."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    for i in range(0, 60000, 2000):
+        r.sadd("big", *[f"member-{j:08d}" for j in range(i, i + 2000)])
+    r.sadd("small", "a", "b")
+    refused = [("COPY", "big", "big2"), ("SUNIONSTORE", "u", "big", "small"),
+               ("SINTERSTORE", "u", "small", "big"), ("SORT", "big", "ALPHA", "STORE", "sorted"),
+               ("SETRANGE", "str", 50_000_000, "x"), ("SETBIT", "bits", 400_000_000, 1)]
+    for cmd in refused:
+        with pytest.raises(ResponseError, match="would not fit in the log"):
+            r.execute_command(*cmd)
+    m = r.pipeline(transaction=True)
+    m.set("inside", "1")
+    m.copy("big", "big3")
+    with pytest.raises(ResponseError, match="would not fit in the log"):
+        m.execute()
+    assert r.ping() and r.exists("big2", "u", "sorted", "str", "bits", "big3", "inside") == 0
+    assert r.copy("small", "small2") and r.smembers("small2") == {b"a", b"b"}
+    assert r.sunionstore("big", "small", "small2") == 2  # replacing the big destination
+    assert r.sort("big", alpha=True, store="sorted") == 2 and r.setrange("str", 1000, "x") == 1001
+    s.restart("kill")
+    r = s.client()
+    assert r.scard("big") == 2 and r.strlen("str") == 1001
+
+
 def test_many_unlinks_in_one_pass(server_factory):
     """UNLINK handed values of over 64 elements to Redis's lazyfree thread;
     its frees of durable memory came back as one queue, drained into the
