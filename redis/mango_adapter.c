@@ -778,10 +778,10 @@ size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* o
 
 /* Bytes of durable data a command would derive from keys that exist, or make
  * from an offset: COPY, the *STORE commands, SORT/GEORADIUS ... STORE and
- * BITOP copy their sources (twice the sources' sampled size, MEMORY USAGE's
- * estimate: a copy logs about that much in blocks and allocator metadata;
- * the destination, replaced, is not counted); SETRANGE and SETBIT grow a
- * string up to their offset. Other commands: 0. */
+ * BITOP copy their sources (the sources' sampled size, MEMORY USAGE's
+ * estimate, twice for an aggregate: its copy logs about that much in blocks
+ * and allocator metadata; the destination, replaced, is not counted);
+ * SETRANGE and SETBIT grow a string up to their offset. Other commands: 0. */
 static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, int argc)
 {
     redisCommandProc *p = cmd->proc;
@@ -813,7 +813,9 @@ static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, 
         int pos = dest < 0 ? 1 : keys.keys[i].pos;
         if (pos == dest || pos >= argc || !sdsEncodedObject(argv[pos])) continue;
         dictEntry *de = dictFind(c->db->dict, argv[pos]->ptr);
-        if (de) bytes += 2 * (uint64_t)objectComputeSize(argv[pos], dictGetVal(de), 5, c->db->id);
+        if (!de) continue;
+        robj *o = dictGetVal(de);
+        bytes += (o->type == OBJ_STRING ? 1 : 2) * (uint64_t)objectComputeSize(argv[pos], o, 5, c->db->id);
     }
     getKeysFreeResult(&keys);
     return bytes;
