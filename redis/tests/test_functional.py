@@ -1042,6 +1042,25 @@ def test_copies_larger_than_a_batch_are_refused(server_factory):
     assert r.scard("big") == 2 and r.strlen("str") == 1001
 
 
+def test_keyspace_grows_past_a_batch_sized_table(server_factory):
+    """A growing dict allocates its next table with calloc: 4 MB at 2^19
+    buckets, 32 MB at 2^22. Zeroing it was logged block by block, so with an
+    8 MiB log the 262 144th key's table (4 MB against a 2.8 MB batch) stopped
+    the server, and with the default 64 MiB log of emulated mode the
+    2 097 152nd key's (measured: the server exited at 1.05 M keys made by
+    DEBUG POPULATE). Memory never handed out is zero in memory and in the
+    pool, so such a calloc now logs nothing: 300 000 keys with the 8 MiB log
+    (4.5 M keys with the default log, by hand), and all survive a kill."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    for i in range(60):
+        assert r.execute_command("DEBUG", "POPULATE", 5000, f"p{i}", 8)
+    assert r.dbsize() == 300000
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == 300000 and r.get("p59:4999") is not None
+
+
 def test_many_unlinks_in_one_pass(server_factory):
     """UNLINK handed values of over 64 elements to Redis's lazyfree thread;
     its frees of durable memory came back as one queue, drained into the

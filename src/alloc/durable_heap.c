@@ -165,6 +165,8 @@ static uint64_t carve(uint64_t size, uint16_t cls)
     set_hdr(off, size, prev, ST_INUSE, cls);
     META_SET(r->last, off);
     META_SET(r->top, off + size);
+    if (r->hwm && off + size > r->hwm)
+        META_SET(r->hwm, off + size);
     return off;
 }
 
@@ -324,6 +326,7 @@ int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn captu
         init.version = DHEAP_VERSION;
         init.capacity = capacity;
         init.top = FIRST_OFF;
+        init.hwm = FIRST_OFF;
         meta_write(root, &init, sizeof init);
     }
     return 0;
@@ -351,6 +354,8 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
     if (top < FIRST_OFF || top > capacity || (top & 15))
         return 0;
     if ((root->last == 0) != (top == FIRST_OFF) || (root->last && (root->last < FIRST_OFF || root->last >= top)))
+        return 0;
+    if (root->hwm && (root->hwm < top || root->hwm > capacity))
         return 0;
     return top;
 }
@@ -419,8 +424,13 @@ void *dheap_calloc(size_t n, size_t size)
         errno = ENOMEM;
         return NULL;
     }
-    void *p = dheap_malloc(total);
-    if (p) {
+    uint64_t hwm = g_root ? g_root->hwm : 0;
+    char *p = dheap_malloc(total);
+    /* A chunk carved from never handed-out space (at or above hwm) is zero
+     * already, in memory and in the pool: nothing to write, nothing to log.
+     * This keeps a big calloc (a growing dict's new table: 32 MB at 4M
+     * buckets) from filling a batch with zeros. */
+    if (p && !(hwm && (uint64_t)(p - g_base) - HDR >= hwm)) {
         memset(p, 0, total);
         capture_payload(p, total);
     }
@@ -563,6 +573,8 @@ int dheap_check(void)
         return check_fail("root.allocated wrong", r->allocated);
     if (r->inuse_chunks != inuse_n)
         return check_fail("root.inuse_chunks wrong", r->inuse_chunks);
+    if (r->hwm && (r->hwm < r->top || r->hwm > g_cap))
+        return check_fail("root.hwm below top or past the range", r->hwm);
 
     for (unsigned c = 0; c < DHEAP_NCLASSES; c++) {
         uint64_t n = 0;

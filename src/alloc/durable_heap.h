@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
-#define DHEAP_VERSION 2 /* 2: inuse_chunks (version 1 pools are refused) */
+#define DHEAP_VERSION 2 /* 2: inuse_chunks, hwm (version 1 pools are refused) */
 
 /* Small size classes: 16..1024 in steps of 16 (64 classes), then four
  * classes per doubling up to 32 KiB (20 classes). Larger requests are "large"
@@ -42,6 +42,9 @@ typedef struct dheap_root {
     uint64_t large_free; /* head of the doubly linked list of free large chunks */
     uint64_t small_free[DHEAP_NCLASSES]; /* per-class singly linked free lists */
     uint64_t inuse_chunks; /* chunks in use (version 2): with allocated, the payload in use */
+    uint64_t hwm; /* the highest top ever reached: the bytes from here on were never
+                   * handed out, so they are zero in memory and in the pool
+                   * (0: unknown, as in pools of the first version-2 builds) */
 } dheap_root;
 
 /* Attach to [base, base+capacity), which must be mapped read-write.

@@ -64,9 +64,12 @@ static void set_bits(size_t off, size_t len)
     }
 }
 
+static size_t g_captured_bytes; /* total reported, for the calloc test */
+
 static void capture(const void *addr, size_t len)
 {
     const char *p = addr;
+    g_captured_bytes += len;
     if (len == 0 || p < g_lo || p > g_hi || len > (size_t)(g_hi - p)) {
         g_bad_captures++;
         return;
@@ -305,6 +308,58 @@ static void test_basics(void)
     dheap_usage(&n0, &p0, &a0);
     CHECK(n0 == 0 && p0 == 0 && a0 == 0); /* nothing attached */
     CHECK(!dheap_contains(base));
+    munmap(base, cap);
+}
+
+/* ---- 1b. calloc of never handed-out space ---------------------------------
+ * A chunk carved at or above the root's hwm is zero already, in memory and in
+ * the pool: calloc neither writes nor reports it. Reused space (a free list,
+ * or given back below hwm) is zeroed and reported as before. */
+static int all_zero(const char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+static void test_calloc_fresh_space(void)
+{
+    size_t cap = 64 << 20, big = 4 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    CHECK(((dheap_root *)base)->hwm == heap_top());
+    g_captured_bytes = 0;
+    char *a = dheap_calloc(1, big);
+    CHECK(a && all_zero(a, big));
+    CHECK(g_captured_bytes < 4096); /* the header and root fields only */
+    CHECK(((dheap_root *)base)->hwm == heap_top());
+    char *guard = dheap_malloc(40000); /* a large chunk: given back when freed at top */
+    memset(a, 0x5A, big);
+    dheap_free(a); /* onto the large free list (guard keeps it below top) */
+    g_captured_bytes = 0;
+    char *b = dheap_calloc(1, big);
+    CHECK(b == a && all_zero(b, big));
+    CHECK(g_captured_bytes >= big); /* reused: zeroed and reported */
+    dheap_free(b);
+    dheap_free(guard); /* both given back: top falls below hwm */
+    CHECK(heap_top() < ((dheap_root *)base)->hwm);
+    memset(base + heap_top(), 0x77, 4096); /* stale bytes between top and hwm */
+    g_captured_bytes = 0;
+    char *c = dheap_calloc(1, big);
+    CHECK(c && all_zero(c, big) && g_captured_bytes >= big);
+    /* A root of the first version-2 builds has no hwm (0): nothing is
+     * assumed zero, and it stays 0. */
+    dheap_free(c);
+    ((dheap_root *)base)->hwm = 0;
+    g_captured_bytes = 0;
+    char *d = dheap_calloc(1, 2 * big); /* carved past everything so far */
+    CHECK(d && all_zero(d, 2 * big) && g_captured_bytes >= 2 * big);
+    CHECK(((dheap_root *)base)->hwm == 0);
+    dheap_free(d);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
     munmap(base, cap);
 }
 
@@ -627,6 +682,7 @@ int main(int argc, char **argv)
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     test_basics();
+    test_calloc_fresh_space();
     test_precise_capture();
     test_workload();
     test_exhaustion();
