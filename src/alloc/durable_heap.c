@@ -78,6 +78,8 @@ static char *g_base;
 static uint64_t g_cap;
 static dheap_root *g_root;
 static dheap_capture_fn g_capture;
+static dheap_zero_fn g_zero;
+#define ZERO_RANGE_MIN 4096u /* smaller zeroings are logged block by block */
 
 /* ---- the one way to write metadata ----------------------------------- */
 
@@ -332,8 +334,11 @@ int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn captu
     return 0;
 }
 
+void dheap_set_zero_capture(dheap_zero_fn fn) { g_zero = fn; }
+
 void dheap_detach(void)
 {
+    g_zero = NULL;
     g_root = NULL;
     g_base = NULL;
     g_cap = 0;
@@ -429,9 +434,26 @@ void *dheap_calloc(size_t n, size_t size)
     /* A chunk carved from never handed-out space (at or above hwm) is zero
      * already, in memory and in the pool: nothing to write, nothing to log.
      * This keeps a big calloc (a growing dict's new table: 32 MB at 4M
-     * buckets) from filling a batch with zeros. */
-    if (p && !(hwm && (uint64_t)(p - g_base) - HDR >= hwm)) {
-        memset(p, 0, total);
+     * buckets) from filling a batch with zeros. Reused memory is zeroed; a
+     * large zeroing is logged as one zero range (its 32-byte aligned
+     * interior) when the runtime takes it, else block by block. */
+    if (!p || (hwm && (uint64_t)(p - g_base) - HDR >= hwm))
+        return p;
+    /* memset is interposed (libc_interpose.c) and would report every block
+     * itself: zero with capture off, then report as chosen below. The
+     * barriers keep the compiler, which assumes memset reads no global,
+     * from dropping the flag's store as dead. */
+    bool active = mango_capture_active;
+    mango_capture_active = false;
+    __asm__ volatile("" ::: "memory");
+    memset(p, 0, total);
+    __asm__ volatile("" ::: "memory");
+    mango_capture_active = active;
+    char *a = (char *)ROUND_UP((uintptr_t)p, 32), *b = (char *)((uintptr_t)(p + total) & ~(uintptr_t)31);
+    if (g_zero && b > a && (size_t)(b - a) >= ZERO_RANGE_MIN && g_zero(a, (size_t)(b - a))) {
+        capture_payload(p, (size_t)(a - p));
+        capture_payload(b, (size_t)(p + total - b));
+    } else {
         capture_payload(p, total);
     }
     return p;

@@ -27,6 +27,9 @@
 #define DHEAP_SMALL_MAX 32768
 
 typedef void (*dheap_capture_fn)(const void *addr, size_t len);
+/* Takes [addr, addr+len) (32-byte aligned), just zeroed, as one zero range
+ * of the open batch instead of its blocks; false: capture it as usual. */
+typedef bool (*dheap_zero_fn)(const void *addr, size_t len);
 
 /* The first bytes of the heap range. Stable: recovery reads it from the mirror. */
 typedef struct dheap_root {
@@ -52,6 +55,9 @@ typedef struct dheap_root {
  * (restored by recovery). Returns 0 or a negative MANGO_E* code. */
 int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn capture);
 void dheap_detach(void);
+/* Where calloc reports a large zeroed range of reused memory (NULL: as
+ * ordinary stores). Cleared by dheap_detach. */
+void dheap_set_zero_capture(dheap_zero_fn fn);
 
 void *dheap_malloc(size_t n);
 void *dheap_calloc(size_t n, size_t size);

@@ -19,19 +19,46 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
+/* A zero-range entry's heap range, or NULL if it is malformed. */
+static const pool_region *zero_range_region(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len)
+{
+    *addr = e->addr & ~LOG_ZERO_TAG;
+    *len = log_entry_zero_len(e);
+    const pool_region *r = region_of(p, *addr);
+    if (!r || r->kind != POOL_REGION_HEAP || e->mask || *addr % LOG_BLOCK_SIZE || *len == 0 ||
+        *len % LOG_BLOCK_SIZE || *len > r->size - (*addr - r->vaddr))
+        return NULL;
+    return r;
+}
+
 int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
 {
-    for (uint32_t i = 0; i < f->n_entries; i++)
-        if (!region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
+    for (uint32_t i = 0; i < f->n_entries; i++) {
+        uint64_t a, n;
+        if (log_entry_is_zero(&e[i]) ? !zero_range_region(p, &e[i], &a, &n)
+                                     : !region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
                                (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+    }
     return MANGO_OK;
 }
 
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *rg)
 {
     for (uint32_t i = 0; i < f->n_entries; i++) {
+        if (log_entry_is_zero(&e[i])) {
+            uint64_t a, n;
+            const pool_region *z = zero_range_region(p, &e[i], &a, &n);
+            if (!z)
+                return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed zero range at %#llx",
+                                   (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+            char *dst = p->base + z->mirror_offset + (a - z->vaddr);
+            memset(dst, 0, n);
+            persist_note_store(dst, n, "backend.apply_zero");
+            persist_flush(&p->pd, rg, dst, n, "backend.flush");
+            continue;
+        }
         const pool_region *r = region_of(p, e[i].addr);
         if (!r || e[i].addr % LOG_BLOCK_SIZE)
             return mango_error(MANGO_EBADPOOL,

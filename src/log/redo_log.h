@@ -60,6 +60,23 @@ typedef struct log_entry {
     uint8_t data[LOG_BLOCK_SIZE];
 } log_entry;
 
+/* A zero-range entry: addr is LOG_ZERO_TAG | the range's first byte (32-byte
+ * aligned), mask 0, and data's first 8 bytes the range's length (a multiple
+ * of 32); the range, inside the heap region, becomes zero. It stands for a
+ * calloc of reused heap memory, which would otherwise log every block. The
+ * tag puts the address outside every region, so a build that predates these
+ * entries refuses the pool instead of misapplying them. A batch's zero
+ * ranges come before its blocks in the frame, and a block inside a range
+ * holds the block's content at commit, so applying in order is right. */
+#define LOG_ZERO_TAG (1ull << 63)
+static inline bool log_entry_is_zero(const log_entry *e) { return (e->addr & LOG_ZERO_TAG) != 0; }
+static inline uint64_t log_entry_zero_len(const log_entry *e)
+{
+    uint64_t n;
+    __builtin_memcpy(&n, e->data, sizeof n);
+    return n;
+}
+
 _Static_assert(sizeof(log_frame) == 64, "frame header is one cache line");
 _Static_assert(sizeof(log_entry) == 48, "entry size");
 
@@ -114,6 +131,16 @@ static inline void redo_log_put(log_frame_writer *w, uintptr_t block_addr, uint3
     e->mask = mask;
     e->reserved = 0;
     __builtin_memcpy(e->data, (const void *)block_addr, LOG_BLOCK_SIZE);
+}
+/* Append one zero-range entry (see log_entry). */
+static inline void redo_log_put_zero(log_frame_writer *w, uintptr_t addr, uint64_t len)
+{
+    log_entry *e = &w->entries[w->n++];
+    e->addr = LOG_ZERO_TAG | addr;
+    e->mask = 0;
+    e->reserved = 0;
+    __builtin_memset(e->data, 0, LOG_BLOCK_SIZE);
+    __builtin_memcpy(e->data, &len, sizeof len);
 }
 /* Seal, flush and sync the frame; publish it to the backend. Only when no
  * sealed frame is waiting for a pipelined sync. */

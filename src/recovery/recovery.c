@@ -54,6 +54,12 @@ static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
     uint64_t lo = rp->heap->vaddr, hi = lo + sizeof rp->root;
     for (uint32_t i = 0; i < f->n_entries; i++) {
         uint64_t a = e[i].addr;
+        if (log_entry_is_zero(&e[i])) { /* (never over the root in practice) */
+            uint64_t za = a & ~LOG_ZERO_TAG, zb = za + log_entry_zero_len(&e[i]);
+            for (uint64_t x = za > lo ? za : lo; x < zb && x < hi; x++)
+                ((char *)&rp->root)[x - lo] = 0;
+            continue;
+        }
         if (a + LOG_BLOCK_SIZE <= lo || a >= hi)
             continue;
         for (unsigned b = 0; b < LOG_BLOCK_SIZE; b++)

@@ -144,6 +144,26 @@ static void put_block(void *arg, uintptr_t block, uint32_t mask)
     redo_log_put(arg, block, mask);
 }
 
+/* Zero ranges of the open batch (dheap_calloc of reused heap memory), one
+ * log entry each, written before the batch's blocks. Combiner thread only.
+ * Not used under the capture verifier, which compares blocks. */
+#define ZERO_RANGES_MAX 64
+static struct {
+    uintptr_t addr;
+    uint64_t len;
+} zero_ranges[ZERO_RANGES_MAX];
+static unsigned n_zero;
+
+static bool capture_zero(const void *addr, size_t len)
+{
+    if (!mango_capture_active || rt.verify || n_zero == ZERO_RANGES_MAX)
+        return false;
+    zero_ranges[n_zero].addr = (uintptr_t)addr;
+    zero_ranges[n_zero].len = len;
+    n_zero++;
+    return true;
+}
+
 static int fail(int rc)
 {
     mango_error_publish_fatal(); /* the message of the error that stops us */
@@ -192,7 +212,7 @@ static int batch_end(void *arg)
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
-    uint64_t n = dedup_size(rt.set);
+    uint64_t n = dedup_size(rt.set) + n_zero;
     if (n == 0) {
         /* Nothing to log, but the batch may have read state still in flight:
          * its ticket is durable only after every earlier one. */
@@ -209,6 +229,7 @@ static int batch_end(void *arg)
     rt.overflow_blocks += rt.set->ovf_count + rt.set->spill.count;
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
         dedup_clear(rt.set);
+        n_zero = 0;
         int rc = fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
         mango_error_adopt_fatal(); /* the backend's own message, if it stopped first */
         return rc;
@@ -217,8 +238,12 @@ static int batch_end(void *arg)
     int rc = redo_log_reserve(&rt.log, (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n), &w);
     if (rc != MANGO_OK) {
         dedup_clear(rt.set);
+        n_zero = 0;
         return fail(rc);
     }
+    for (unsigned i = 0; i < n_zero; i++)
+        redo_log_put_zero(&w, zero_ranges[i].addr, zero_ranges[i].len);
+    n_zero = 0;
     dedup_for_each(rt.set, put_block, &w);
     dedup_clear(rt.set);
     rt.log_blocks += n;
@@ -260,6 +285,7 @@ static void run_init_state(void *arg)
     init_args *a = arg;
     if (a->fresh_heap) {
         a->rc = dheap_attach(rt.heap, rt.heap_size, true, capture_small_store);
+        dheap_set_zero_capture(capture_zero);
         if (a->rc != MANGO_OK)
             return;
     }
@@ -441,6 +467,7 @@ static int open_durable(const mango_config *cfg, int *status)
         if (rc)
             goto fail_heap;
         rc = dheap_attach(rt.heap, rt.heap_size, false, capture_small_store);
+        dheap_set_zero_capture(capture_zero);
         if (rc)
             goto fail_heap;
         *status = MANGO_RECOVERED;
@@ -627,7 +654,7 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity)
     if (rt.up && rt.durable) {
         c = (uint64_t)redo_log_max_entries(&rt.log) * LOG_BLOCK_SIZE;
         if (batch_open_here)
-            u = dedup_size(rt.set) * LOG_BLOCK_SIZE;
+            u = (dedup_size(rt.set) + n_zero) * LOG_BLOCK_SIZE;
     }
     if (used)
         *used = u;

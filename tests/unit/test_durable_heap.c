@@ -81,6 +81,30 @@ static void capture(const void *addr, size_t len)
         set_bits(off, len);
 }
 
+/* The zero-range callback: like capture(), for a range that is all zero. */
+static size_t g_zero_calls, g_zero_bytes;
+static bool zero_capture(const void *addr, size_t len)
+{
+    const char *p = addr;
+    if (((uintptr_t)p & 31) || (len & 31) || len < 4096 || p < g_lo || len > (size_t)(g_hi - p)) {
+        g_bad_captures++;
+        return false;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (p[i]) {
+            g_bad_captures++; /* reported before being zeroed */
+            break;
+        }
+    g_zero_calls++;
+    g_zero_bytes += len;
+    size_t off = (size_t)(p - g_lo);
+    if (g_mirror)
+        memset(g_mirror + off, 0, len);
+    if (g_bits)
+        set_bits(off, len);
+    return true;
+}
+
 static void *map_range(void *at, size_t len)
 {
     int fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (at ? MAP_FIXED : 0);
@@ -349,6 +373,19 @@ static void test_calloc_fresh_space(void)
     g_captured_bytes = 0;
     char *c = dheap_calloc(1, big);
     CHECK(c && all_zero(c, big) && g_captured_bytes >= big);
+    /* With a zero-range callback, the same zeroing of reused memory is one
+     * range (its 32-byte aligned interior) and the edges are captured. */
+    dheap_free(c);
+    dheap_set_zero_capture(zero_capture);
+    g_captured_bytes = g_zero_calls = g_zero_bytes = 0;
+    memset(base + heap_top(), 0x77, big); /* stale again */
+    c = dheap_calloc(1, big);
+    CHECK(c && all_zero(c, big) && g_zero_calls == 1 && g_zero_bytes >= big - 32 && g_zero_bytes <= big);
+    CHECK(g_captured_bytes < 4096);
+    char *small = dheap_calloc(1, 3000); /* below the range minimum: blocks */
+    CHECK(small && g_zero_calls == 1);
+    dheap_free(small);
+    dheap_set_zero_capture(NULL);
     /* A root of the first version-2 builds has no hwm (0): nothing is
      * assumed zero, and it stays 0. */
     dheap_free(c);
@@ -485,6 +522,7 @@ static void crash_and_recover(size_t cap, obj *tab, size_t ns)
         memset(g_mirror + extent, 0xA5, g_hwm - extent);
     }
     CHECK(dheap_attach(base, cap, false, capture) == 0);
+    dheap_set_zero_capture(zero_capture);
     CHECK(dheap_check() == 0);
     CHECK(usage_matches(tab, ns)); /* the recovered root's counters */
     int ok = 1;
@@ -502,6 +540,8 @@ static void test_workload(void)
     g_lo = base, g_hi = base + cap;
     g_hwm = 0;
     CHECK(dheap_attach(base, cap, true, capture) == 0);
+    dheap_set_zero_capture(zero_capture); /* the mirror checks cover the ranges too */
+    g_zero_calls = 0;
 
     enum { NS = 2048, OPS = 100000 };
     static obj tab[NS];
@@ -520,6 +560,7 @@ static void test_workload(void)
     }
     CHECK(nulls == 0);
     CHECK(g_bad_captures == 0);
+    CHECK(g_zero_calls > 0); /* reused memory was calloc'd in large pieces */
     CHECK(dheap_check() == 0);
     CHECK(mirror_matches(cap));
     size_t live = 0, live_bytes = 0;

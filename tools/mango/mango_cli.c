@@ -228,6 +228,23 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
     if (c->check_entries) {
         for (uint32_t i = 0; i < f->n_entries; i++) {
             uint64_t a = e[i].addr;
+            if (log_entry_is_zero(&e[i])) {
+                /* A zero range: inside the heap region, 32-byte granular. */
+                uint64_t za = a & ~LOG_ZERO_TAG, n = log_entry_zero_len(&e[i]);
+                const pool_region *r = region_of(c->p, za);
+                if (!r || r->kind != POOL_REGION_HEAP || e[i].mask || za % LOG_BLOCK_SIZE || n == 0 ||
+                    n % LOG_BLOCK_SIZE || n > r->size - (za - r->vaddr))
+                    return mango_error(MANGO_EBADPOOL,
+                                       "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
+                                       "zero range at %#" PRIx64 " (%" PRIu64 " bytes)",
+                                       f->lsn, f->seq, i, za, n);
+                if (c->heap) {
+                    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
+                    for (uint64_t x = za > lo ? za : lo; x < za + n && x < hi; x++)
+                        ((char *)&c->root)[x - lo] = 0;
+                }
+                continue;
+            }
             if (a % LOG_BLOCK_SIZE)
                 return mango_error(MANGO_EBADPOOL,
                                    "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
