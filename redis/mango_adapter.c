@@ -526,6 +526,22 @@ int mangoEnabled(void) { return mango_on; }
 
 int mangoInWriteSection(void) { return write_depth > 0; }
 
+static int stats_paused; /* written only while paused: never logged */
+
+void mangoStatsBegin(void)
+{
+    if (!mango_on || write_depth == 0 || !mango_capture_active) return;
+    mango_batch_pause();
+    stats_paused = 1;
+}
+
+void mangoStatsEnd(void)
+{
+    if (!stats_paused) return;
+    stats_paused = 0;
+    mango_batch_resume();
+}
+
 void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
 {
     *lo = heap_lo;

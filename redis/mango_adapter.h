@@ -69,6 +69,12 @@ void mangoNoteReply(struct client *c);
 /* Must c's pending output still wait (its batch is not durable yet)? Exits
  * the server if a sync failed (nothing after it may be acknowledged). */
 int mangoReplyHeld(struct client *c);
+/* call(): around its statistics, slowlog and MONITOR feed. Pauses the batch
+ * if a write section is open, so what they allocate (a command's first
+ * latency histogram, 24 KB; slowlog entries) is transient: made durable,
+ * it was lost at every restart, and its counters were logged. */
+void mangoStatsBegin(void);
+void mangoStatsEnd(void);
 /* Is durability on? (replies then use the AE write barrier, like
  * appendfsync always, so a reply is never sent in the pass that made it) */
 int mangoEnabled(void);

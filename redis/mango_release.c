@@ -19,7 +19,9 @@
  *   - a list, set, sorted set or hash above GRAVE_MIN_EFFORT elements that
  *     loses its last reference inside a write section (DEL, UNLINK, SET over
  *     it, expiry, eviction, a flushed database's values) goes to the
- *     graveyard instead of being freed (mangoFreeLater);
+ *     graveyard instead of being freed (mangoFreeLater); so does one of
+ *     GRAVE_BUSY_MIN_EFFORT elements or more once the batch holds a quarter
+ *     of its room (a DEL of thousands of hashes);
  *   - lazyfree (UNLINK, the lazyfree-lazy-* options) no longer hands durable
  *     values to its thread: they are freed at once, or go to the graveyard
  *     (mangoFreeAsync);
@@ -51,6 +53,9 @@
  * the graveyard still counts in used_memory until its turn, so maxmemory
  * eviction, which measures what a deletion frees, would evict more keys. */
 #define GRAVE_MIN_EFFORT 1024
+/* Elements from which a value also goes to the graveyard when the batch
+ * already holds a quarter of its room. */
+#define GRAVE_BUSY_MIN_EFFORT 8
 #define RELEASE_STEP_NS 1000000ull    /* time given to releasing per pass */
 #define RELEASE_ROOM_DIVISOR 8        /* stop at this fraction of a batch's room */
 
@@ -269,7 +274,16 @@ int mangoFreeLater(robj *o)
 {
     if (!mangoEnabled() || releasing_whole || !mangoInWriteSection() || o->refcount != 1) return 0;
     if (!steppable(o) || !in_durable_heap(o)) return 0;
-    if (lazyfreeGetFreeEffort(NULL, o, 0) <= GRAVE_MIN_EFFORT) return 0;
+    size_t effort = lazyfreeGetFreeEffort(NULL, o, 0);
+    if (effort <= GRAVE_MIN_EFFORT) {
+        /* Freed at once, unless the batch already holds a quarter of its
+         * room: a DEL of thousands of keys each freeing dozens of chunks
+         * would fill it. A graveyard node costs a few blocks instead. */
+        if (effort < GRAVE_BUSY_MIN_EFFORT) return 0;
+        uint64_t used = 0, cap = 0;
+        mango_batch_room(&used, &cap);
+        if (used < cap / 4) return 0;
+    }
     grave_push(o, NULL, NULL);
     return 1;
 }
