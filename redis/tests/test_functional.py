@@ -1109,6 +1109,25 @@ def test_many_unlinks_in_one_pass(server_factory):
     assert s.client().dbsize() == 1
 
 
+@pytest.mark.parametrize("cmd", ["DEL", "UNLINK"])
+def test_one_command_deleting_many_keys(server_factory, cmd):
+    """One DEL of 1 000 hashes of 20 fields frees ~63 000 chunks, each value
+    small enough to be freed at once: with an 8 MiB log that overflowed the
+    batch and stopped the server. Once a batch holds a quarter of its room,
+    values of 8 elements or more now go to the graveyard too."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    base = used_memory(r)
+    load_hashes(r, 1500)
+    assert r.execute_command(cmd, *[f"h:{i}" for i in range(1000)]) == 1000
+    assert r.set("after", "1") and r.dbsize() == 501
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == 501 and r.exists("h:999") == 0 and r.exists("h:1000") == 1
+    r.flushall()
+    wait_released(r, base)
+
+
 @pytest.mark.parametrize("mode", ["emulated", "fs", "sim"])
 def test_release_resumes_after_a_kill(server_factory, mode):
     """Killed in the middle of releasing a flushed database (the test hook
