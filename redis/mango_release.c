@@ -71,8 +71,6 @@ typedef struct grave {
 /* Durable: written only inside write sections (restored by recovery). */
 static grave *graves_head, *graves_tail;
 
-/* Transient: the object freed whole right now must not come back here. */
-static int releasing_whole;
 /* Test hook (redis/tests): MANGO_REDIS_TEST_RELEASE_PER_PASS=N frees at most
  * N elements a step, at most one step per 20 ms, and lets the loop sleep
  * between passes, so a release lasts long enough for a test to kill the
@@ -228,13 +226,9 @@ static int release_object_step(grave *g, step_budget *b)
         }
         if (!release_zsl_step(zs->zsl, b)) return 0;
         zfree(zs);
-    } else if (o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST) {
+    } else {
+        serverAssert(o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST); /* steppable() */
         if (!release_quicklist_step(o->ptr, b)) return 0;
-    } else { /* not steppable (not queued by mangoFreeLater): at once */
-        releasing_whole = 1;
-        decrRefCount(o);
-        releasing_whole = 0;
-        return 1;
     }
     zfree(o);
     return 1;
@@ -272,7 +266,7 @@ int mangoEmptyDb(redisDb *db)
 
 int mangoFreeLater(robj *o)
 {
-    if (!mangoEnabled() || releasing_whole || !mangoInWriteSection() || o->refcount != 1) return 0;
+    if (!mangoEnabled() || !mangoInWriteSection() || o->refcount != 1) return 0;
     if (!steppable(o) || !in_durable_heap(o)) return 0;
     size_t effort = lazyfreeGetFreeEffort(NULL, o, 0);
     if (effort <= GRAVE_MIN_EFFORT) {

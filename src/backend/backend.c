@@ -19,8 +19,7 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
-/* A zero-range entry's heap range, or NULL if it is malformed. */
-static const pool_region *zero_range_region(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len)
+const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len)
 {
     *addr = e->addr & ~LOG_ZERO_TAG;
     *len = log_entry_zero_len(e);
@@ -35,7 +34,7 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
 {
     for (uint32_t i = 0; i < f->n_entries; i++) {
         uint64_t a, n;
-        if (log_entry_is_zero(&e[i]) ? !zero_range_region(p, &e[i], &a, &n)
+        if (log_entry_is_zero(&e[i]) ? !backend_zero_range(p, &e[i], &a, &n)
                                      : !region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
@@ -49,7 +48,7 @@ int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist
     for (uint32_t i = 0; i < f->n_entries; i++) {
         if (log_entry_is_zero(&e[i])) {
             uint64_t a, n;
-            const pool_region *z = zero_range_region(p, &e[i], &a, &n);
+            const pool_region *z = backend_zero_range(p, &e[i], &a, &n);
             if (!z)
                 return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed zero range at %#llx",
                                    (unsigned long long)f->seq, (unsigned long long)e[i].addr);

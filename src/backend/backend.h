@@ -56,6 +56,9 @@ typedef struct backend {
 
 /* Check that every block of a frame lies in a durable region (writes nothing). */
 int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
+/* A zero-range entry's start and length, and the heap region holding it; NULL
+ * if the entry is malformed (outside the heap region, unaligned, empty). */
+const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len);
 /* Apply one frame to the mirror; flushed ranges accumulate in r. */
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
 

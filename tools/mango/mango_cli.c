@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "alloc/durable_heap.h"
+#include "backend/backend.h"
 #include "log/redo_log.h"
 #include "mango.h"
 #include "persist/persist.h"
@@ -230,10 +231,8 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
             uint64_t a = e[i].addr;
             if (log_entry_is_zero(&e[i])) {
                 /* A zero range: inside the heap region, 32-byte granular. */
-                uint64_t za = a & ~LOG_ZERO_TAG, n = log_entry_zero_len(&e[i]);
-                const pool_region *r = region_of(c->p, za);
-                if (!r || r->kind != POOL_REGION_HEAP || e[i].mask || za % LOG_BLOCK_SIZE || n == 0 ||
-                    n % LOG_BLOCK_SIZE || n > r->size - (za - r->vaddr))
+                uint64_t za, n;
+                if (!backend_zero_range(c->p, &e[i], &za, &n))
                     return mango_error(MANGO_EBADPOOL,
                                        "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
                                        "zero range at %#" PRIx64 " (%" PRIu64 " bytes)",
