@@ -233,6 +233,7 @@ typedef struct mango_stats {
     uint64_t heap_payload_bytes; /* their bytes, as malloc_usable_size counts them
                                   * (memalign's blocks are counted whole) */
     uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
+    uint64_t log_zero_ranges;    /* zero-range entries logged (callocs of reused heap memory) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -299,14 +299,15 @@ static void mango_atexit(void)
         fprintf(stderr, "Mangosteen stats: batches=%llu rw_commands=%llu log_blocks=%llu log_bytes=%llu "
                 "frontend_syncs=%llu backend_syncs=%llu pipelined_batches=%llu pipeline_syncs=%llu "
                 "log_full_waits=%llu backend_lowered=%llu backend_boosts=%llu gather_holds=%llu "
-                "heap_chunks=%llu heap_payload_bytes=%llu graves_pending=%lu\n",
+                "heap_chunks=%llu heap_payload_bytes=%llu graves_pending=%lu log_zero_ranges=%llu\n",
                 (unsigned long long)s.batches, (unsigned long long)s.rw_commands,
                 (unsigned long long)s.log_blocks, (unsigned long long)s.log_bytes,
                 (unsigned long long)s.frontend_syncs, (unsigned long long)s.backend_syncs,
                 (unsigned long long)s.pipelined_batches, (unsigned long long)s.pipeline_syncs,
                 (unsigned long long)s.log_full_waits, (unsigned long long)s.backend_lowered,
                 (unsigned long long)s.backend_boosts, (unsigned long long)gather_holds,
-                (unsigned long long)s.heap_chunks, (unsigned long long)s.heap_payload_bytes, mangoGravesPending());
+                (unsigned long long)s.heap_chunks, (unsigned long long)s.heap_payload_bytes, mangoGravesPending(),
+                (unsigned long long)s.log_zero_ranges);
     }
     mango_shutdown();
     mango_on = 0;

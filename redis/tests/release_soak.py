@@ -34,7 +34,7 @@ try:
 except ImportError:
     sys.exit("release_soak: redis-py is not importable by %s (install python3-redis)" % sys.executable)
 
-STATS = re.compile(r"heap_chunks=(\d+) heap_payload_bytes=(\d+) graves_pending=(\d+)")
+STATS = re.compile(r"heap_chunks=(\d+) heap_payload_bytes=(\d+) graves_pending=(\d+) log_zero_ranges=(\d+)")
 
 
 class Server:
@@ -104,6 +104,8 @@ def main():
         print("release_soak: no server binary at %s" % a.server, file=sys.stderr)
         return 2
     base_dir = "/var/tmp" if a.mode == "fs" else ("/dev/shm" if os.path.isdir("/dev/shm") else None)
+    if a.dir:
+        os.makedirs(a.dir, exist_ok=True)
     work = a.dir or tempfile.mkdtemp(prefix="mango-release-soak.", dir=base_dir)
     rng = random.Random(a.seed)
     ok = False
@@ -137,6 +139,8 @@ def main():
                 kills += 1
                 r = s.start()
             r.flushall()
+        fill(r, a.rounds, 2000)  # regrow in freed memory (zero ranges), then release it
+        r.flushall()
         deadline = time.time() + 120
         last = None
         while time.time() < deadline:  # wait for the release to finish
@@ -147,8 +151,8 @@ def main():
             time.sleep(0.5)
         final = s.shutdown(r)
         print("release_soak: mode %s, %d rounds, %d kills; heap of a new server %d allocations / %d bytes, "
-              "at the end %d / %d, %d still on the graveyard"
-              % (a.mode, a.rounds, kills, baseline[0], baseline[1], final[0], final[1], final[2]))
+              "at the end %d / %d, %d still on the graveyard; the last run logged %d zero ranges"
+              % (a.mode, a.rounds, kills, baseline[0], baseline[1], final[0], final[1], final[2], final[3]))
         if final[2] != 0 or final[:2] != baseline[:2]:
             raise AssertionError("the durable heap does not hold what a new server's holds")
         ok = True

@@ -65,7 +65,7 @@ typedef struct runtime {
     _Atomic int failed; /* MANGO_E* after a fatal error: no more writes */
     uint64_t commit_ns_ewma; /* average commit (write + sync) time, for group commit */
     /* stats (written by the combiner only, read racily) */
-    uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns;
+    uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns, log_zero_ranges;
     uint64_t pipelined_batches;
 } runtime;
 
@@ -243,6 +243,7 @@ static int batch_end(void *arg)
     }
     for (unsigned i = 0; i < n_zero; i++)
         redo_log_put_zero(&w, zero_ranges[i].addr, zero_ranges[i].len);
+    rt.log_zero_ranges += n_zero;
     n_zero = 0;
     dedup_for_each(rt.set, put_block, &w);
     dedup_clear(rt.set);
@@ -783,4 +784,5 @@ void mango_get_stats(mango_stats *out)
     out->backend_boosts = atomic_load_explicit(&rt.backend.boosts, memory_order_relaxed);
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
     dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
+    out->log_zero_ranges = rt.log_zero_ranges;
 }
