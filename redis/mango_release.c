@@ -16,12 +16,13 @@
  * So the unlinking and the freeing are split:
  *   - FLUSHALL/FLUSHDB (sync or ASYNC) swap in empty dicts in the command's
  *     batch and put the old ones on the graveyard (mangoEmptyDb);
- *   - a list, set, sorted set or hash above GRAVE_MIN_EFFORT elements that
- *     loses its last reference inside a write section (DEL, UNLINK, SET over
- *     it, expiry, eviction, a flushed database's values) goes to the
- *     graveyard instead of being freed (mangoFreeLater); so does one of
- *     GRAVE_BUSY_MIN_EFFORT elements or more once the batch holds a quarter
- *     of its room (a DEL of thousands of hashes);
+ *   - a list, set, sorted set or hash that loses its last reference inside
+ *     a write section (DEL, UNLINK, SET over it, expiry, eviction, a flushed
+ *     database's values) goes to the graveyard instead of being freed when
+ *     its frees would take the batch past a quarter of its room: a value
+ *     of tens of thousands of elements, or any of GRAVE_SMALL_EFFORT
+ *     elements or more in a batch already that full (a DEL of thousands of
+ *     hashes) (mangoFreeLater);
  *   - lazyfree (UNLINK, the lazyfree-lazy-* options) no longer hands durable
  *     values to its thread: they are freed at once, or go to the graveyard
  *     (mangoFreeAsync);
@@ -46,16 +47,16 @@
 #include <stdint.h>
 #include <time.h>
 
-/* Elements (lazyfreeGetFreeEffort) above which a value is released in steps.
- * Below it a value is freed at once: at most ~3 000 chunks, a few hundred
- * KB of log, which any batch holds (the adapter ends a pass's batch early
- * once it fills a quarter of a batch's room). Not lazyfree's 64: a value on
- * the graveyard still counts in used_memory until its turn, so maxmemory
- * eviction, which measures what a deletion frees, would evict more keys. */
-#define GRAVE_MIN_EFFORT 1024
-/* Elements from which a value also goes to the graveyard when the batch
- * already holds a quarter of its room. */
-#define GRAVE_BUSY_MIN_EFFORT 8
+/* A value is freed at once when its frees fit in what is left of a quarter
+ * of a batch's room (the adapter ends a pass's batch early at a quarter
+ * too), at about FREE_BLOCKS_PER_ELEMENT log blocks an element of
+ * lazyfreeGetFreeEffort (2-3 chunks, each a header and a free-list link).
+ * Freeing at once whenever it fits keeps used_memory exact for maxmemory
+ * eviction, which measures what each deletion frees: a value waiting on
+ * the graveyard still counts. Below GRAVE_SMALL_EFFORT elements, always at
+ * once. */
+#define FREE_BLOCKS_PER_ELEMENT 5
+#define GRAVE_SMALL_EFFORT 8
 #define RELEASE_STEP_NS 1000000ull    /* time given to releasing per pass */
 #define RELEASE_ROOM_DIVISOR 8        /* stop at this fraction of a batch's room */
 
@@ -269,16 +270,11 @@ int mangoFreeLater(robj *o)
     if (!mangoEnabled() || !mangoInWriteSection() || o->refcount != 1) return 0;
     if (!steppable(o) || !in_durable_heap(o)) return 0;
     size_t effort = lazyfreeGetFreeEffort(NULL, o, 0);
-    if (effort <= GRAVE_MIN_EFFORT) {
-        /* Freed at once, unless the batch already holds a quarter of its
-         * room: a DEL of thousands of keys each freeing dozens of chunks
-         * would fill it. A graveyard node costs a few blocks instead. */
-        if (effort < GRAVE_BUSY_MIN_EFFORT) return 0;
-        uint64_t used = 0, cap = 0;
-        mango_batch_room(&used, &cap);
-        if (used < cap / 4) return 0;
-    }
-    grave_push(o, NULL, NULL);
+    if (effort < GRAVE_SMALL_EFFORT) return 0;
+    uint64_t used = 0, cap = 0; /* bytes of 32-byte blocks */
+    mango_batch_room(&used, &cap);
+    if (used + (uint64_t)effort * FREE_BLOCKS_PER_ELEMENT * 32 <= cap / 4) return 0;
+    grave_push(o, NULL, NULL); /* a graveyard node costs a few blocks */
     return 1;
 }
 

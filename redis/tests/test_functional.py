@@ -1114,7 +1114,8 @@ def test_one_command_deleting_many_keys(server_factory, cmd):
     """One DEL of 1 000 hashes of 20 fields frees ~63 000 chunks, each value
     small enough to be freed at once: with an 8 MiB log that overflowed the
     batch and stopped the server. Once a batch holds a quarter of its room,
-    values of 8 elements or more now go to the graveyard too."""
+    values of 8 elements or more now go to the graveyard too (mango_release.c,
+    mangoFreeLater)."""
     s = server_factory("emulated", env=SMALL_LOG)
     r = s.client()
     base = used_memory(r)
