@@ -37,8 +37,8 @@
  *
  * Released in steps: the buckets of a dict (a database, a hashtable-encoded
  * hash or set, a sorted set's dict), a sorted set's skiplist, a list's
- * quicklist nodes. Streams and module values are freed at once, as before
- * (a stream with that many nodes still fills one batch).
+ * quicklist nodes, a stream's radix trees (its consumer groups' pending
+ * entries and consumers, then its nodes). Module values are freed at once.
  */
 #include "server.h"
 #include "mango_adapter.h"
@@ -96,7 +96,8 @@ static int steppable(const robj *o)
 {
     return (o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST) ||
            ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) ||
-           (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST);
+           (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) ||
+           o->type == OBJ_STREAM;
 }
 
 static uint64_t now_ns(void)
@@ -214,10 +215,93 @@ static int release_quicklist_step(quicklist *ql, step_budget *b)
     return 1;
 }
 
+/* The value of r's first element, or NULL if r is empty. */
+static void *rax_first(rax *r)
+{
+    raxIterator it;
+    raxStart(&it, r);
+    raxSeek(&it, "^", NULL, 0);
+    void *v = raxNext(&it) ? it.data : NULL;
+    raxStop(&it);
+    return v;
+}
+
+/* Removes r's first element (r is not empty). */
+static void rax_remove_first(rax *r)
+{
+    raxIterator it;
+    raxStart(&it, r);
+    raxSeek(&it, "^", NULL, 0);
+    serverAssert(raxNext(&it));
+    raxRemove(r, it.key, it.key_len, NULL);
+    raxStop(&it);
+}
+
+/* Empties *rp from its first element on, passing each value to free_value
+ * (NULL: the values are owned elsewhere), then frees the tree and clears
+ * *rp. Every state between two elements is a valid tree, so a crash between
+ * batches resumes here. Returns 1 once *rp is gone (or was already). */
+static int release_rax_step(rax **rp, void (*free_value)(void *), step_budget *b)
+{
+    rax *r = *rp;
+    if (!r) return 1;
+    while (raxSize(r) > 0) {
+        if (!budget_left(b)) return 0;
+        void *v = rax_first(r);
+        rax_remove_first(r);
+        if (free_value && v) free_value(v);
+    }
+    raxFree(r);
+    *rp = NULL;
+    return 1;
+}
+
+static void free_nack(void *na) { streamFreeNACK(na); }
+static void free_listpack(void *lp) { lpFree(lp); }
+
+/* A stream: each consumer group's pending entries (the NACKs, which the
+ * consumers' own pending trees share), then its consumers one by one (each
+ * one's pending tree, then the consumer), then the group; once no group is
+ * left, the stream's nodes (listpacks) and the stream. Returns 1 once the
+ * stream is gone. */
+static int release_stream_step(stream *s, step_budget *b)
+{
+    while (s->cgroups) {
+        streamCG *cg = rax_first(s->cgroups);
+        if (!cg) {
+            raxFree(s->cgroups);
+            s->cgroups = NULL;
+            break;
+        }
+        if (!release_rax_step(&cg->pel, free_nack, b)) return 0;
+        while (cg->consumers) {
+            streamConsumer *sc = rax_first(cg->consumers);
+            if (!sc) {
+                raxFree(cg->consumers);
+                cg->consumers = NULL;
+                break;
+            }
+            if (!release_rax_step(&sc->pel, NULL, b)) return 0; /* its NACKs are freed above */
+            if (!budget_left(b)) return 0;
+            rax_remove_first(cg->consumers);
+            sdsfree(sc->name);
+            zfree(sc);
+        }
+        if (!budget_left(b)) return 0;
+        rax_remove_first(s->cgroups);
+        zfree(cg);
+    }
+    if (!release_rax_step(&s->rax, free_listpack, b)) return 0;
+    zfree(s);
+    return 1;
+}
+
 static int release_object_step(grave *g, step_budget *b)
 {
     robj *o = g->obj;
-    if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) {
+    if (o->type == OBJ_STREAM) {
+        if (!release_stream_step(o->ptr, b)) return 0;
+    } else if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) {
         if (!release_dict_step(o->ptr, g, b)) return 0;
     } else if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) {
         zset *zs = o->ptr;

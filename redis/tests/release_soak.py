@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """release_soak.py -- kill -9 while big objects are being released.
 
-Each round fills the keyspace (hashtable-encoded hashes and a 20 000-member
-set), removes it with FLUSHALL, FLUSHALL ASYNC, FLUSHDB, DEL or UNLINK,
+Each round fills the keyspace (hashtable-encoded hashes, a 20 000-member
+set and an 8 000-entry stream whose entries are all pending in a consumer
+group), removes it with FLUSHALL, FLUSHALL ASYNC, FLUSHDB, DEL or UNLINK,
 acknowledges a write after it, and kills the server at a random moment of the
 release that follows (in sim mode a kill is a power failure). Half the
 restarts slow the release down (MANGO_REDIS_TEST_RELEASE_PER_PASS) and are
@@ -89,6 +90,13 @@ def fill(r, rnd, n):
             p.execute()
     p.execute()
     r.sadd(f"big{rnd}", *[f"m{j}" for j in range(20000)])
+    p = r.pipeline(transaction=False)  # a stream whose entries are all pending in a group
+    for j in range(8000):
+        p.xadd(f"st{rnd}", {"f": j})
+    p.execute()
+    r.xgroup_create(f"st{rnd}", "g", id="0")
+    for c in range(4):
+        r.xreadgroup("g", f"c{c % 2}", {f"st{rnd}": ">"}, count=2000)
     r.set("marker", rnd)
 
 
@@ -121,7 +129,7 @@ def main():
             if op.startswith("FLUSH"):
                 r.execute_command(*op.split())
             else:
-                r.execute_command(op, f"big{rnd}", *[f"h{rnd}:{i}" for i in range(0, n, 3)])
+                r.execute_command(op, f"big{rnd}", f"st{rnd}", *[f"h{rnd}:{i}" for i in range(0, n, 3)])
             r.set("after", rnd)
             time.sleep(rng.random() * 0.3)
             s.kill()
@@ -130,7 +138,7 @@ def main():
             r = s.start({"MANGO_REDIS_TEST_RELEASE_PER_PASS": "300"} if slow else None)
             if r.get("after") != str(rnd).encode():
                 raise AssertionError("round %d (%s): the acknowledged write is missing" % (rnd, op))
-            gone = ["marker", f"big{rnd}"] if op.startswith("FLUSH") else [f"big{rnd}", f"h{rnd}:0"]
+            gone = ["marker", f"big{rnd}", f"st{rnd}"] if op.startswith("FLUSH") else [f"big{rnd}", f"st{rnd}", f"h{rnd}:0"]
             if r.exists(*gone):
                 raise AssertionError("round %d (%s): removed keys are back" % (rnd, op))
             if slow:  # kill again in the middle of the slowed release

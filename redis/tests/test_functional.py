@@ -963,20 +963,35 @@ def test_flush_larger_than_a_batch(server_factory, cmd):
     assert r.dbsize() == 1 and r.get("after") == b"1"
 
 
-@pytest.mark.parametrize("kind", ["hash", "set", "zset", "list"])
+@pytest.mark.parametrize("kind", ["hash", "set", "zset", "list", "stream", "stream-group"])
 @pytest.mark.parametrize("how", ["DEL", "UNLINK", "SET", "EXPIRE"])
 def test_big_key_removed_in_steps(server_factory, kind, how):
     """One key whose value alone frees more chunks than a batch holds (a hash
     of 60 000 fields: ~180 000 frees) is removed by DEL, UNLINK, a SET over
     it or its expiry; the value is released in steps after the command's
     batch. The other key survives, the memory comes back, nothing comes back
-    after a kill."""
+    after a kill. Streams: 60 000 entries of one listpack node each, and
+    ("stream-group") a consumer group with two consumers and every entry
+    pending; before streams were released in steps the server exited at the
+    end of the deleting command's batch and kept the stream."""
     s = server_factory("emulated", env=SMALL_LOG)
     r = s.client()
     base = used_memory(r)
     r.config_set("list-max-listpack-size", 4)  # 15 000 quicklist nodes: released in steps too
+    r.config_set("stream-node-max-entries", 1)  # 60 000 stream nodes
     n, chunk = 60000, 2000
-    for i in range(0, n, chunk):
+    if kind.startswith("stream"):
+        for i in range(0, n, chunk):
+            p = r.pipeline(transaction=False)
+            for j in range(i, i + chunk):
+                p.xadd("big", {"m": f"member-{j:08d}"}, id=f"1-{j + 1}")
+            p.execute()
+        if kind == "stream-group":
+            r.xgroup_create("big", "g", id="0")
+            for i in range(0, n, chunk):  # every entry pending, half with each consumer
+                r.xreadgroup("g", f"c{i // chunk % 2}", {"big": ">"}, count=chunk)
+            assert r.xpending("big", "g")["pending"] == n
+    for i in range(0, n if not kind.startswith("stream") else 0, chunk):
         members = [f"member-{j:08d}" for j in range(i, i + chunk)]
         if kind == "hash":
             r.hset("big", mapping={m: "v" * 20 for m in members})
