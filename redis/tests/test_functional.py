@@ -1057,6 +1057,60 @@ def test_copies_larger_than_a_batch_are_refused(server_factory):
     assert r.scard("big") == 2 and r.strlen("str") == 1001
 
 
+def test_restore_bitfield_append_larger_than_a_batch_are_refused(server_factory):
+    """RESTORE's payload can expand far beyond its size: a 60 000-member set
+    dumps to ~1 MB (under the argument check) but is ~200 000 blocks once
+    made, and a 10 MB string of one byte repeated dumps to ~115 KB of LZF.
+    BITFIELD SET/INCRBY grow a string to their field's end like SETBIT. An
+    APPEND that outgrows its string's room copies the string (realloc). Each
+    stopped the server at its batch's end with an 8 MiB log; they are now
+    refused before they run (RESTORE: the payload loaded once into transient
+    memory and measured). Smaller ones still run, and RESTORE of a bad
+    payload still gets Redis's own error."""
+    donor = server_factory("emulated")  # the default log holds a 10 MB string
+    d = donor.client()
+    d.set("long", b"a" * (10 << 20))
+    long_dump = d.dump("long")
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    for i in range(0, 60000, 2000):
+        r.sadd("big", *[f"member-{j:08d}" for j in range(i, i + 2000)])
+    big_dump = r.dump("big")
+    assert len(big_dump) < (1400 << 10) and len(long_dump) < (1 << 20), (len(big_dump), len(long_dump))
+    for cmd in [("RESTORE", "big2", 0, big_dump), ("RESTORE", "long2", 0, long_dump),
+                ("RESTORE", "big", 0, big_dump, "REPLACE"),
+                ("BITFIELD", "bf", "SET", "u8", "#50000000", 1),
+                ("BITFIELD", "bf", "GET", "u8", 0, "INCRBY", "i64", 400_000_000, 1)]:
+        with pytest.raises(ResponseError, match="would not fit in the log"):
+            r.execute_command(*cmd)
+    m = r.pipeline(transaction=True)
+    m.set("inside", "1")
+    m.restore("big3", 0, big_dump)
+    with pytest.raises(ResponseError, match="would not fit in the log"):
+        m.execute()
+    assert r.ping() and r.exists("big2", "long2", "bf", "inside", "big3") == 0 and r.scard("big") == 60000
+    r.sadd("small", "a", "b")
+    assert r.restore("small2", 0, r.dump("small")) and r.smembers("small2") == {b"a", b"b"}
+    r.set("hello", "hello")
+    assert r.restore("str2", 0, r.dump("hello")) and r.get("str2") == b"hello"
+    r.sadd("mid", *[f"member-{j:08d}" for j in range(3000)])  # a payload over 1 KiB that fits
+    assert r.restore("mid2", 0, r.dump("mid")) and r.scard("mid2") == 3000
+    with pytest.raises(ResponseError, match="payload"):
+        r.restore("bad", 0, b"x" * 2000)
+    assert r.bitfield("bf").set("u8", "#1000", 255).get("u8", "#1000").execute() == [0, 255]
+    assert r.bitfield("bf").get("u8", "#100000000").execute() == [0]  # GET never grows the string
+    assert r.strlen("bf") == 1001
+    assert r.append("grow", b"g" * (1 << 20)) == 1 << 20
+    with pytest.raises(ResponseError, match="would not fit in the log"):  # the copy, the value, its argument
+        r.append("grow", b"g" * (1 << 20))
+    assert r.append("grow", b"tail") == (1 << 20) + 4  # a small value still fits beside the copy
+    assert r.append("grow", b"more") == (1 << 20) + 8  # (in the room left by the last growth)
+    s.restart("kill")
+    r = s.client()
+    assert r.smembers("small2") == {b"a", b"b"} and r.strlen("bf") == 1001 and r.scard("big") == 60000
+    assert r.strlen("grow") == (1 << 20) + 8
+
+
 def test_keyspace_grows_past_a_batch_sized_table(server_factory):
     """A growing dict allocates its next table with calloc: 4 MB at 2^19
     buckets, 32 MB at 2^22. Zeroing it was logged block by block, so with an
