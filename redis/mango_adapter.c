@@ -760,6 +760,10 @@ int mangoCallBegin(client *c)
             stamp_write_keys(c, t);
             mango_batch_resume();
         }
+        /* FUNCTION LOAD/DELETE/FLUSH/RESTORE: the engine's state is
+         * transient; their batch saves the libraries' source at the end
+         * (mango_functions.c). */
+        if (mangoFunctionsWrite(c->cmd)) mango_batch_pause();
     } else if (pipelined) {
         int paused = mango_capture_active; /* a read nested in a write section */
         if (paused) mango_batch_pause();
@@ -775,6 +779,10 @@ void mangoCallEnd(client *c, int write)
     UNUSED(c);
     if (!mango_on) return;
     if (write == 2) check_transient_argv(c);
+    if (write && mangoFunctionsWrite(c->cmd)) {
+        mango_batch_resume();
+        mangoFunctionsSave();
+    }
     if (write) mangoWriteEnd();
     if (--call_depth == 0) cmd_dep = 0;
     /* Between two outermost commands the pass's batch may end early: the
@@ -1000,6 +1008,7 @@ static void recount_used_memory(void)
 int mangoLoadDataFromDisk(void)
 {
     if (!mango_on) return 1;
+    if (mango_recovered) mangoFunctionsReload(); /* before the first client */
     struct stat st;
     if (stat(server.rdb_filename, &st) != 0) return 0; /* nothing to load */
     if (mango_recovered) {

@@ -110,4 +110,15 @@ int mangoReleaseStep(void);
 /* Objects and databases waiting on the graveyard (walks it). */
 unsigned long mangoGravesPending(void);
 
+/* mango_functions.c: function libraries survive restarts. */
+struct redisCommand;
+/* FUNCTION LOAD, DELETE, FLUSH or RESTORE: run paused in a write section. */
+int mangoFunctionsWrite(const struct redisCommand *cmd);
+/* At the end of such a command, in its write section: save every loaded
+ * library's source in the pool. */
+void mangoFunctionsSave(void);
+/* After recovery, before the first client: load the saved libraries again
+ * (exits with the reason if one does not load). */
+void mangoFunctionsReload(void);
+
 #endif

@@ -1250,6 +1250,66 @@ def test_maxmemory_evictions_are_durable(srv):
     assert_same(before, snapshot(srv), "after kill, with evictions")
 
 
+LIB_SET = """#!lua name=kv
+redis.register_function('kv_set', function(keys, args) return redis.call('SET', keys[1], args[1]) end)
+"""
+LIB_SET_V2 = """#!lua name=kv
+redis.register_function('kv_set', function(keys, args) redis.call('SET', keys[1], args[1]) return 'v2' end)
+redis.register_function{function_name='kv_get', callback=function(keys) return redis.call('GET', keys[1]) end,
+                        flags={'no-writes'}}
+"""
+LIB_INCR = """#!lua name=counter
+redis.register_function('bump', function(keys) return redis.call('INCR', keys[1]) end)
+"""
+
+
+def libraries(r):
+    """Library names from FUNCTION LIST (flat RESP2 maps)."""
+    return sorted(dict(zip(lib[::2], lib[1::2]))[b"library_name"] for lib in r.execute_command("FUNCTION", "LIST"))
+
+
+@pytest.mark.parametrize("mode", ["emulated", "sim"])
+@pytest.mark.parametrize("how", ["kill", "shutdown"])
+def test_functions_survive_restarts(server_factory, mode, how):
+    """Redis Functions (FUNCTION LOAD/DELETE/FLUSH/RESTORE) are write
+    commands, acknowledged like any other, and stock Redis keeps the
+    libraries in its AOF and RDB. The libraries lived only in the Lua engine,
+    so every restart lost them (FCALL answered "Function not found") and
+    left their allocations behind in the durable heap. Now their source is
+    saved in the pool by each such command's batch and loaded again at
+    start-up: LOAD, LOAD REPLACE, DELETE, FLUSH and RESTORE each survive a
+    kill -9 (in sim mode a power failure) or a shutdown."""
+    s = server_factory(mode)
+    r = s.client()
+    assert r.execute_command("FUNCTION", "LOAD", LIB_SET) == b"kv"
+    assert r.execute_command("FUNCTION", "LOAD", LIB_INCR) == b"counter"
+    assert r.fcall("kv_set", 1, "a", "1") == b"OK" and r.fcall("bump", 1, "n") == 1
+    with pytest.raises(ResponseError):  # a library that does not compile changes nothing
+        r.execute_command("FUNCTION", "LOAD", "#!lua name=broken\nthis is not lua")
+    s.restart(how)
+    r = s.client()
+    assert libraries(r) == [b"counter", b"kv"]
+    assert r.fcall("bump", 1, "n") == 2 and r.get("a") == b"1"
+    assert r.execute_command("FUNCTION", "LOAD", "REPLACE", LIB_SET_V2) == b"kv"
+    assert r.execute_command("FUNCTION", "DELETE", "counter") == b"OK"
+    s.restart(how)
+    r = s.client()
+    assert libraries(r) == [b"kv"]
+    assert r.fcall("kv_set", 1, "b", "2") == b"v2" and r.fcall_ro("kv_get", 1, "b") == b"2"
+    with pytest.raises(ResponseError, match="not found"):
+        r.fcall("bump", 1, "n")
+    dump = r.execute_command("FUNCTION", "DUMP")
+    assert r.execute_command("FUNCTION", "FLUSH") == b"OK"
+    s.restart(how)
+    r = s.client()
+    assert libraries(r) == []
+    assert r.execute_command("FUNCTION", "RESTORE", dump) == b"OK"
+    s.restart(how)
+    r = s.client()
+    assert libraries(r) == [b"kv"] and r.fcall("kv_set", 1, "c", "3") == b"v2"
+    assert re.search(r"1 function library loaded again from the pool", s.logtext())
+
+
 def used_memory(r):
     return r.info("memory")["used_memory"]
 
