@@ -234,9 +234,17 @@ typedef struct mango_stats {
                                   * (memalign's blocks are counted whole) */
     uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
     uint64_t log_zero_ranges;    /* zero-range entries logged (callocs of reused heap memory) */
+    uint64_t log_capacity;       /* bytes of the redo log ring */
+    uint64_t log_unapplied_bytes;/* committed log the backend has not applied to the mirror yet */
+    uint64_t batches_in_flight;  /* submitted batches whose log sync has not completed */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);
+
+/* The persistence mode in effect ("emulated", "fs", "pmem", "sim", "none";
+ * "auto" resolved) and the pool's path; "" before mango_init. */
+const char *mango_mode_name(void);
+const char *mango_pool_path(void);
 
 #ifdef __cplusplus
 }

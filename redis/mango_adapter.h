@@ -110,6 +110,10 @@ int mangoReleaseStep(void);
 /* Objects and databases waiting on the graveyard (walks it). */
 unsigned long mangoGravesPending(void);
 
+/* server.c genRedisInfoString(): append the "# Mangosteen" section of INFO
+ * (an sds; a blank line first if sections came before). */
+char *mangoInfo(char *info, int after_section);
+
 /* mango_functions.c: function libraries survive restarts. */
 struct redisCommand;
 /* FUNCTION LOAD, DELETE, FLUSH or RESTORE: run paused in a write section. */
@@ -120,5 +124,7 @@ void mangoFunctionsSave(void);
 /* After recovery, before the first client: load the saved libraries again
  * (exits with the reason if one does not load). */
 void mangoFunctionsReload(void);
+/* Libraries whose source the pool holds. */
+unsigned long mangoFunctionsSaved(void);
 
 #endif

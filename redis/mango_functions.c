@@ -80,3 +80,5 @@ void mangoFunctionsReload(void)
         serverLog(LL_NOTICE, "Mangosteen: %lu function librar%s loaded again from the pool", saved_count,
                   saved_count == 1 ? "y" : "ies");
 }
+
+unsigned long mangoFunctionsSaved(void) { return saved_count; }

@@ -1037,6 +1037,9 @@ def test_copies_larger_than_a_batch_are_refused(server_factory):
     for i in range(0, 60000, 2000):
         r.sadd("big", *[f"member-{j:08d}" for j in range(i, i + 2000)])
     r.sadd("small", "a", "b")
+    with pytest.raises(ResponseError, match="would not fit in the log"):  # ~3 blocks a member
+        r.sadd("one-command", *[f"m{j}" for j in range(30000)])
+    assert r.sadd("one-command", *[f"m{j}" for j in range(3000)]) == 3000
     refused = [("COPY", "big", "big2"), ("SUNIONSTORE", "u", "big", "small"),
                ("SINTERSTORE", "u", "small", "big"), ("SORT", "big", "ALPHA", "STORE", "sorted"),
                ("SETRANGE", "str", 50_000_000, "x"), ("SETBIT", "bits", 400_000_000, 1)]
@@ -1308,6 +1311,44 @@ def test_functions_survive_restarts(server_factory, mode, how):
     r = s.client()
     assert libraries(r) == [b"kv"] and r.fcall("kv_set", 1, "c", "3") == b"v2"
     assert re.search(r"1 function library loaded again from the pool", s.logtext())
+
+
+@pytest.mark.parametrize("mode", ["emulated", "fs"])
+def test_info_mangosteen_section(server_factory, mode):
+    """INFO has a "# Mangosteen" section (in the default INFO, INFO all and
+    INFO everything, not in other sections): the mode and pool in effect,
+    whether this process recovered the pool, batches, log syncs and bytes,
+    the log's capacity and what the backend has not applied yet, what one
+    batch may hold, the durable heap, objects being released in steps and
+    the saved function libraries. The counters move with the workload."""
+    s = server_factory(mode, env=dict(SMALL_LOG, MANGO_REDIS_TEST_RELEASE_PER_PASS="200"))
+    r = s.client()
+    info = r.info("mangosteen")
+    assert info["mango_enabled"] == 1 and info["mango_mode"] == mode and info["mango_pool"] == s.pool
+    assert info["mango_pool_state"] == "fresh" and info["mango_pipelined_commit"] == (1 if mode == "fs" else 0)
+    assert info["mango_log_capacity"] == 8 << 20 and 0 < info["mango_batch_capacity_bytes"] < 8 << 20
+    assert info["mango_heap_allocations"] > 0 and info["mango_objects_being_released"] == 0
+    assert "mango_batches" in r.info() and "mango_batches" in r.info("everything")
+    assert "mango_batches" not in r.info("server") and "mango_batches" not in r.info("keyspace")
+    for i in range(50):
+        r.set(f"k{i}", "v" * 100)
+    after = r.info("mangosteen")
+    assert after["mango_batches"] >= info["mango_batches"] + 1
+    assert after["mango_log_syncs"] > info["mango_log_syncs"]
+    assert after["mango_log_bytes"] > info["mango_log_bytes"] + 50 * 100
+    assert after["mango_heap_allocations"] > info["mango_heap_allocations"]
+    assert after["mango_batches_in_flight"] >= 0 and after["mango_log_unapplied_bytes"] <= 8 << 20
+    for i in range(0, 30000, 2000):
+        r.sadd("big", *[f"m{j}" for j in range(i, i + 2000)])
+    r.execute_command("FUNCTION", "LOAD", LIB_INCR)
+    assert r.delete("big") == 1
+    assert r.info("mangosteen")["mango_objects_being_released"] == 1  # slowed by the test hook
+    s.env.pop("MANGO_REDIS_TEST_RELEASE_PER_PASS")
+    s.restart("kill")
+    r = s.client()
+    info = r.info("mangosteen")
+    assert info["mango_pool_state"] == "recovered" and info["mango_function_libraries_saved"] == 1
+    wait_until(lambda: r.info("mangosteen")["mango_objects_being_released"] == 0, what="release")
 
 
 def used_memory(r):

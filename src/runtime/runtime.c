@@ -785,4 +785,15 @@ void mango_get_stats(mango_stats *out)
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
     dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
     out->log_zero_ranges = rt.log_zero_ranges;
+    if (rt.up) {
+        out->log_capacity = rt.log.cap;
+        uint64_t committed = atomic_load(&rt.log.committed_lsn), applied = atomic_load(&rt.backend.applied_lsn);
+        out->log_unapplied_bytes = committed > applied ? committed - applied : 0;
+        uint64_t submitted = atomic_load(&rt.pipe.submitted), durable = atomic_load(&rt.pipe.durable);
+        out->batches_in_flight = submitted > durable ? submitted - durable : 0;
+    }
 }
+
+const char *mango_mode_name(void) { return rt.up ? persist_mode_name(rt.pool.pd.mode) : ""; }
+
+const char *mango_pool_path(void) { return rt.up ? rt.pool_path : ""; }

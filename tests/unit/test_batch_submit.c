@@ -93,8 +93,18 @@ static void api_checks(const char *pool, mango_persist_mode mode)
     }
     uint64_t d;
     CHECK(mango_durable_ticket(&d) == 0 && d <= t && d >= d0);
+    mango_stats mid;
+    mango_get_stats(&mid);
+    CHECK(mid.batches_in_flight <= 3000);
     CHECK(mango_wait_durable(t) == 0);
     CHECK(mango_durable_ticket(&d) == 0 && d == t);
+    /* what INFO mangosteen reports (durable Redis) */
+    mango_get_stats(&mid);
+    CHECK(mid.batches_in_flight == 0);
+    CHECK(mid.log_capacity == 256u << 10);
+    CHECK(mid.log_unapplied_bytes <= mid.log_capacity);
+    CHECK(strcmp(mango_mode_name(), mode == MANGO_PERSIST_FS ? "fs" : "sim") == 0);
+    CHECK(strstr(mango_pool_path(), strrchr(pool, '/') ? strrchr(pool, '/') : pool) != NULL);
     struct pollfd p = {.fd = fd, .events = POLLIN};
     CHECK(poll(&p, 1, 0) == 1);
     uint64_t v;
@@ -121,6 +131,7 @@ static void api_checks(const char *pool, mango_persist_mode mode)
     CHECK(start(pool, mode) == MANGO_RECOVERED);
     CHECK(pair[0] == 3003 && pair[1] == 3003);
     CHECK(mango_shutdown() == 0);
+    CHECK(strcmp(mango_mode_name(), "") == 0 && strcmp(mango_pool_path(), "") == 0);
     unlink(pool);
 }
 
