@@ -54,6 +54,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <glob.h>
+#include <math.h>
 #include <poll.h>
 #include <time.h>
 #include <stdbool.h>
@@ -870,6 +871,121 @@ static uint64_t bitfield_bytes(robj **argv, int argc)
     return end_bits / 8;
 }
 
+/* What removing one element of an aggregate costs the log: its 2-3 chunks
+ * freed, each a header and a free-list link (mango_release.c counts the
+ * same 5 blocks), plus the unlinking. */
+#define FREE_LOG_BYTES_PER_ELEMENT 192
+
+/* Defined in t_zset.c without a declaration in server.h. */
+zskiplistNode *zslFirstInLexRange(zskiplist *zsl, zlexrangespec *range);
+zskiplistNode *zslLastInLexRange(zskiplist *zsl, zlexrangespec *range);
+
+/* A score bound as ZRANGEBYSCORE takes it: [(]number, -inf, +inf. */
+static int score_bound(robj *o, double *v, int *ex)
+{
+    if (!sdsEncodedObject(o)) return 0;
+    const char *s = o->ptr;
+    *ex = s[0] == '(';
+    char *end;
+    *v = strtod(s + *ex, &end);
+    return end != s + *ex && *end == '\0' && !isnan(*v);
+}
+
+/* Elements of a skiplist-encoded sorted set between two nodes, both
+ * included (0 if either is missing). */
+static uint64_t zsl_span(zskiplist *zsl, zskiplistNode *first, zskiplistNode *last)
+{
+    if (!first || !last) return 0;
+    unsigned long a = zslGetRank(zsl, first->score, first->ele), b = zslGetRank(zsl, last->score, last->ele);
+    return b >= a ? b - a + 1 : 0;
+}
+
+/* Elements a command removes from an existing key inside the command (not
+ * through the graveyard: the key survives, or the elements are freed one by
+ * one), and the bytes a popped element adds to the reply: SPOP with a count,
+ * ZPOPMIN/ZPOPMAX/ZMPOP with a count, ZREMRANGEBYRANK/SCORE/LEX, and XTRIM
+ * or XADD with MAXLEN. A ZREMRANGEBYRANK of a 60 000-member sorted set
+ * logged more than an 8 MiB log's batch and stopped the server. Small
+ * encodings (listpacks) are skipped: they are one allocation. */
+static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, int argc, uint64_t *reply_each)
+{
+    *reply_each = 0;
+    int key = 1;
+    long long count = -1;
+    if (p == zmpopCommand) { /* ZMPOP numkeys key [key ...] MIN|MAX [COUNT count] */
+        long long nk = 0;
+        if (argc < 4 || getLongLongFromObject(argv[1], &nk) != C_OK || nk < 1 || nk > argc - 3) return 0;
+        uint64_t most = 0, each = 0;
+        count = 1;
+        if (argc >= 5 + nk && sdsEncodedObject(argv[3 + nk]) && !strcasecmp(argv[3 + nk]->ptr, "count"))
+            getLongLongFromObject(argv[4 + nk], &count);
+        for (int k = 2; k < 2 + nk; k++) {
+            dictEntry *de = sdsEncodedObject(argv[k]) ? dictFind(c->db->dict, argv[k]->ptr) : NULL;
+            robj *o = de ? dictGetVal(de) : NULL;
+            if (!o || o->type != OBJ_ZSET || o->encoding != OBJ_ENCODING_SKIPLIST) continue;
+            uint64_t n = zsetLength(o) < (unsigned long long)count ? zsetLength(o) : (uint64_t)count;
+            if (n > most) {
+                most = n;
+                each = objectComputeSize(argv[k], o, 5, c->db->id) / (zsetLength(o) ? zsetLength(o) : 1);
+            }
+        }
+        *reply_each = each;
+        return most;
+    }
+    int pops = p == spopCommand || p == zpopminCommand || p == zpopmaxCommand;
+    int trims = p == xtrimCommand || p == xaddCommand;
+    int ranges = p == zremrangebyrankCommand || p == zremrangebyscoreCommand || p == zremrangebylexCommand;
+    if (!pops && !trims && !ranges) return 0;
+    if (argc < 2 || !sdsEncodedObject(argv[key])) return 0;
+    dictEntry *de = dictFind(c->db->dict, argv[key]->ptr);
+    robj *o = de ? dictGetVal(de) : NULL;
+    if (!o) return 0;
+    if (pops) {
+        if (argc < 3 || getLongLongFromObject(argv[2], &count) != C_OK || count <= 0) return 0;
+        uint64_t len;
+        if (p == spopCommand && o->type == OBJ_SET && o->encoding == OBJ_ENCODING_HT) len = setTypeSize(o);
+        else if (p != spopCommand && o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) len = zsetLength(o);
+        else return 0;
+        *reply_each = objectComputeSize(argv[key], o, 5, c->db->id) / (len ? len : 1);
+        return (uint64_t)count < len ? (uint64_t)count : len;
+    }
+    if (trims) { /* XTRIM key MAXLEN [=|~] n ...; XADD key [NOMKSTREAM] MAXLEN [=|~] n ... */
+        if (o->type != OBJ_STREAM) return 0;
+        stream *st = o->ptr;
+        for (int j = 2; j + 1 < argc; j++) {
+            if (!sdsEncodedObject(argv[j]) || strcasecmp(argv[j]->ptr, "maxlen")) continue;
+            int v = j + 1;
+            if (sdsEncodedObject(argv[v]) && (!strcmp(argv[v]->ptr, "=") || !strcmp(argv[v]->ptr, "~"))) v++;
+            long long maxlen = 0;
+            if (v >= argc || getLongLongFromObject(argv[v], &maxlen) != C_OK || maxlen < 0) return 0;
+            return st->length > (uint64_t)maxlen ? st->length - (uint64_t)maxlen : 0;
+        }
+        return 0; /* MINID: not estimated */
+    }
+    if (o->type != OBJ_ZSET || o->encoding != OBJ_ENCODING_SKIPLIST || argc < 4) return 0;
+    zskiplist *zsl = ((zset *)o->ptr)->zsl;
+    uint64_t len = zsl->length;
+    if (p == zremrangebyrankCommand) {
+        long long start, end;
+        if (getLongLongFromObject(argv[2], &start) != C_OK || getLongLongFromObject(argv[3], &end) != C_OK) return 0;
+        if (start < 0) start += (long long)len;
+        if (end < 0) end += (long long)len;
+        if (start < 0) start = 0;
+        if (end >= (long long)len) end = (long long)len - 1;
+        return start > end ? 0 : (uint64_t)(end - start + 1);
+    }
+    if (p == zremrangebyscoreCommand) {
+        zrangespec r;
+        if (!score_bound(argv[2], &r.min, &r.minex) || !score_bound(argv[3], &r.max, &r.maxex)) return 0;
+        return zsl_span(zsl, zslFirstInRange(zsl, &r), zslLastInRange(zsl, &r));
+    }
+    zlexrangespec r;
+    if (zslParseLexRange(argv[2], argv[3], &r) != C_OK) return 0;
+    uint64_t n = zsl_span(zsl, zslFirstInLexRange(zsl, &r), zslLastInLexRange(zsl, &r));
+    zslFreeLexRange(&r);
+    return n;
+}
+
 /* APPEND key value: a string without room for the value is reallocated,
  * and the durable heap's realloc copies it (a SET of 1 MB and an APPEND of
  * 1 MB logged 98 330 blocks: the copy, the value and its argument). */
@@ -917,8 +1033,9 @@ static uint64_t restored_bytes(client *c, robj **argv, int argc)
  * estimate, twice for an aggregate: its copy logs about that much in blocks
  * and allocator metadata; the destination, replaced, is not counted);
  * SETRANGE, SETBIT and BITFIELD grow a string up to their offset; APPEND
- * may copy the string it grows; RESTORE makes what its payload expands to.
- * Other commands: 0. */
+ * may copy the string it grows; RESTORE makes what its payload expands to;
+ * pops, range removals and trims free elements (removed_elements). Other
+ * commands: 0. */
 static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, int argc)
 {
     redisCommandProc *p = cmd->proc;
@@ -929,6 +1046,8 @@ static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, 
         return argc >= 3 && getLongLongFromObject(argv[2], &off) == C_OK && off > 0 ? (uint64_t)off / 8 : 0;
     if (p == bitfieldCommand) return bitfield_bytes(argv, argc);
     if (p == appendCommand) return appended_bytes(c, argv, argc);
+    uint64_t reply_each, removed = removed_elements(c, p, argv, argc, &reply_each);
+    if (removed) return removed * (FREE_LOG_BYTES_PER_ELEMENT + reply_each);
     if (p == restoreCommand) return restored_bytes(c, argv, argc);
     int dest; /* the destination's argv index; -1: the source is argv[1] */
     if (p == sunionstoreCommand || p == sinterstoreCommand || p == sdiffstoreCommand || p == zunionstoreCommand ||
@@ -1003,7 +1122,7 @@ int mangoRefuseCommand(client *c)
             }
         }
         if (cap && args > cap / 2) {
-            rejectCommandFormat(c, "Mangosteen: %s with %llu bytes of new data would not fit in the log "
+            rejectCommandFormat(c, "Mangosteen: %s needs about %llu bytes of log, which would not fit in the log "
                                 "(a batch holds %llu bytes; split it, or start with a larger MANGO_LOG_SIZE)",
                                 c->cmd->fullname, (unsigned long long)args, (unsigned long long)cap);
             return 1;

@@ -1114,6 +1114,57 @@ def test_restore_bitfield_append_larger_than_a_batch_are_refused(server_factory)
     assert r.strlen("grow") == (1 << 20) + 8
 
 
+@pytest.mark.parametrize("kind", ["set", "zset", "stream"])
+def test_removals_larger_than_a_batch_are_refused(server_factory, kind):
+    """Commands that free many elements one by one inside the command, with
+    the key left in place or the elements popped into the reply: SPOP and
+    ZPOPMIN/ZMPOP with a count, ZREMRANGEBYRANK/SCORE/LEX, XTRIM (and XADD)
+    with MAXLEN. On a 60 000-element value with an 8 MiB log each stopped
+    the server at its batch's end; they are now refused (the elements
+    counted: the range's ranks, the stream's length over MAXLEN), while the
+    same commands on a few elements run, and DEL still removes the whole
+    value (released in steps)."""
+    s = server_factory("emulated", env=SMALL_LOG)
+    r = s.client()
+    r.config_set("stream-node-max-entries", 1)
+    n, chunk = 60000, 2000
+    for i in range(0, n, chunk):
+        members = [f"member-{j:08d}" for j in range(i, i + chunk)]
+        if kind == "set":
+            r.sadd("big", *members)
+        elif kind == "zset":
+            r.zadd("big", {m: j for j, m in enumerate(members, i)})
+        else:
+            p = r.pipeline(transaction=False)
+            for j in range(i, i + chunk):
+                p.xadd("big", {"m": j}, id=f"1-{j + 1}")
+            p.execute()
+    big = {"set": [("SPOP", "big", n)],
+           "zset": [("ZREMRANGEBYRANK", "big", 0, -1), ("ZREMRANGEBYSCORE", "big", "-inf", "(59990"),
+                    ("ZREMRANGEBYLEX", "big", "-", "[member-00059000"), ("ZPOPMIN", "big", n),
+                    ("ZMPOP", 1, "big", "MAX", "COUNT", 50000)],
+           "stream": [("XTRIM", "big", "MAXLEN", 0), ("XTRIM", "big", "MAXLEN", "~", 10),
+                      ("XADD", "big", "MAXLEN", "=", 5, "*", "f", "v")]}[kind]
+    for cmd in big:
+        with pytest.raises(ResponseError, match="would not fit in the log"):
+            r.execute_command(*cmd)
+    size = {"set": r.scard, "zset": r.zcard, "stream": r.xlen}[kind]
+    assert r.ping() and size("big") == n
+    small = {"set": [("SPOP", "big", 100)],
+             "zset": [("ZREMRANGEBYRANK", "big", 0, 99), ("ZREMRANGEBYSCORE", "big", "-inf", "(200"),
+                      ("ZREMRANGEBYLEX", "big", "-", "[member-00000299"), ("ZPOPMIN", "big", 100)],
+             "stream": [("XTRIM", "big", "MAXLEN", n - 100)]}[kind]
+    for cmd in small:
+        r.execute_command(*cmd)
+    left = n - 100 * len(small)
+    assert size("big") == left
+    s.restart("kill")
+    r = s.client()
+    size = {"set": r.scard, "zset": r.zcard, "stream": r.xlen}[kind]
+    assert size("big") == left
+    assert r.delete("big") == 1 and r.exists("big") == 0
+
+
 def test_keyspace_grows_past_a_batch_sized_table(server_factory):
     """A growing dict allocates its next table with calloc: 4 MB at 2^19
     buckets, 32 MB at 2^22. Zeroing it was logged block by block, so with an
