@@ -1094,9 +1094,9 @@ int mangoRefuseCommand(client *c)
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
     if (changes_keyspace(c->cmd) || exec) {
         /* A command (an EXEC with all it queued) is one batch, and a batch
-         * must fit in the log: refuse one whose arguments alone would fill
-         * half of it (a SET of a value that large), rather than stop the
-         * server when its batch ends. */
+         * must fit in the log: refuse one whose estimated log would fill
+         * three quarters of it (a SET of a value that large), rather than
+         * stop the server when its batch ends. */
         uint64_t cap;
         mango_batch_room(NULL, &cap);
         /* Redis's own sums of argument bytes: this command's, and for EXEC
@@ -1121,7 +1121,19 @@ int mangoRefuseCommand(client *c)
                 args += (uint64_t)count * (uint64_t)((size > 10 ? size : 10) + 700);
             }
         }
-        if (cap && args > cap / 2) {
+        /* A big command gets a batch of its own: the pass's batch so far is
+         * submitted first (replies keep their tickets), so the estimate is
+         * compared with a whole batch's room, less a quarter for what it
+         * does not count (its reply, estimates that run short). */
+        if (cap && args > cap / 4 && mango_batch_open() && write_depth == 0 && call_depth == 0) {
+            uint64_t used = 0;
+            mango_batch_room(&used, NULL);
+            if (used > 0) {
+                int rc = mango_batch_submit(NULL);
+                if (rc != MANGO_OK) die("mango_batch_submit (before a large command)", rc);
+            }
+        }
+        if (cap && args > cap / 4 * 3) {
             rejectCommandFormat(c, "Mangosteen: %s needs about %llu bytes of log, which would not fit in the log "
                                 "(a batch holds %llu bytes; split it, or start with a larger MANGO_LOG_SIZE)",
                                 c->cmd->fullname, (unsigned long long)args, (unsigned long long)cap);
