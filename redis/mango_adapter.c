@@ -871,6 +871,22 @@ static uint64_t bitfield_bytes(robj **argv, int argc)
     return end_bits / 8;
 }
 
+/* The value stored under a key argument in c's database, or NULL (no such
+ * key, or not a string argument). No lookup side effects: no expiry, no
+ * LRU touch, no keyspace-miss statistics (estimates run before the command). */
+static robj *existing_value(client *c, robj *key)
+{
+    if (!sdsEncodedObject(key)) return NULL;
+    dictEntry *de = dictFind(c->db->dict, key->ptr);
+    return de ? dictGetVal(de) : NULL;
+}
+
+/* An element's share of o's sampled size (MEMORY USAGE's estimate). */
+static uint64_t bytes_per_element(client *c, robj *key, robj *o, uint64_t elements)
+{
+    return objectComputeSize(key, o, 5, c->db->id) / (elements ? elements : 1);
+}
+
 /* What removing one element of an aggregate costs the log: its 2-3 chunks
  * freed, each a header and a free-list link (mango_release.c counts the
  * same 5 blocks), plus the unlinking. */
@@ -920,13 +936,12 @@ static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, in
         if (argc >= 5 + nk && sdsEncodedObject(argv[3 + nk]) && !strcasecmp(argv[3 + nk]->ptr, "count"))
             getLongLongFromObject(argv[4 + nk], &count);
         for (int k = 2; k < 2 + nk; k++) {
-            dictEntry *de = sdsEncodedObject(argv[k]) ? dictFind(c->db->dict, argv[k]->ptr) : NULL;
-            robj *o = de ? dictGetVal(de) : NULL;
+            robj *o = existing_value(c, argv[k]);
             if (!o || o->type != OBJ_ZSET || o->encoding != OBJ_ENCODING_SKIPLIST) continue;
             uint64_t n = zsetLength(o) < (unsigned long long)count ? zsetLength(o) : (uint64_t)count;
             if (n > most) {
                 most = n;
-                each = objectComputeSize(argv[k], o, 5, c->db->id) / (zsetLength(o) ? zsetLength(o) : 1);
+                each = bytes_per_element(c, argv[k], o, zsetLength(o));
             }
         }
         *reply_each = each;
@@ -936,9 +951,7 @@ static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, in
     int trims = p == xtrimCommand || p == xaddCommand;
     int ranges = p == zremrangebyrankCommand || p == zremrangebyscoreCommand || p == zremrangebylexCommand;
     if (!pops && !trims && !ranges) return 0;
-    if (argc < 2 || !sdsEncodedObject(argv[key])) return 0;
-    dictEntry *de = dictFind(c->db->dict, argv[key]->ptr);
-    robj *o = de ? dictGetVal(de) : NULL;
+    robj *o = argc < 2 ? NULL : existing_value(c, argv[key]);
     if (!o) return 0;
     if (pops) {
         if (argc < 3 || getLongLongFromObject(argv[2], &count) != C_OK || count <= 0) return 0;
@@ -946,7 +959,7 @@ static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, in
         if (p == spopCommand && o->type == OBJ_SET && o->encoding == OBJ_ENCODING_HT) len = setTypeSize(o);
         else if (p != spopCommand && o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) len = zsetLength(o);
         else return 0;
-        *reply_each = objectComputeSize(argv[key], o, 5, c->db->id) / (len ? len : 1);
+        *reply_each = bytes_per_element(c, argv[key], o, len);
         return (uint64_t)count < len ? (uint64_t)count : len;
     }
     if (trims) { /* XTRIM key MAXLEN [=|~] n ...; XADD key [NOMKSTREAM] MAXLEN [=|~] n ... */
@@ -991,11 +1004,9 @@ static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, in
  * 1 MB logged 98 330 blocks: the copy, the value and its argument). */
 static uint64_t appended_bytes(client *c, robj **argv, int argc)
 {
-    if (argc < 3 || !sdsEncodedObject(argv[1]) || !sdsEncodedObject(argv[2])) return 0;
-    dictEntry *de = dictFind(c->db->dict, argv[1]->ptr);
-    if (!de) return 0;
-    robj *o = dictGetVal(de);
-    if (o->type != OBJ_STRING || o->encoding != OBJ_ENCODING_RAW) return 0; /* at most 44 bytes */
+    if (argc < 3 || !sdsEncodedObject(argv[2])) return 0;
+    robj *o = existing_value(c, argv[1]);
+    if (!o || o->type != OBJ_STRING || o->encoding != OBJ_ENCODING_RAW) return 0; /* at most 44 bytes */
     size_t add = sdslen(argv[2]->ptr);
     if (o->refcount == 1 && sdsavail(o->ptr) >= add) return 0; /* in place */
     return (uint64_t)sdslen(o->ptr) + add;
@@ -1070,10 +1081,8 @@ static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, 
     int n = dest < 0 ? 1 : getKeysFromCommand(cmd, argv, argc, &keys);
     for (int i = 0; i < n; i++) {
         int pos = dest < 0 ? 1 : keys.keys[i].pos;
-        if (pos == dest || pos >= argc || !sdsEncodedObject(argv[pos])) continue;
-        dictEntry *de = dictFind(c->db->dict, argv[pos]->ptr);
-        if (!de) continue;
-        robj *o = dictGetVal(de);
+        robj *o = pos == dest || pos >= argc ? NULL : existing_value(c, argv[pos]);
+        if (!o) continue;
         bytes += (o->type == OBJ_STRING ? 1 : 2) * (uint64_t)objectComputeSize(argv[pos], o, 5, c->db->id);
     }
     getKeysFreeResult(&keys);

@@ -226,6 +226,18 @@ static void *rax_first(rax *r)
     return v;
 }
 
+/* The value of *rp's first element; if *rp is empty, frees it, clears *rp
+ * and returns NULL. */
+static void *rax_first_or_free(rax **rp)
+{
+    void *v = raxSize(*rp) ? rax_first(*rp) : NULL;
+    if (!v) {
+        raxFree(*rp);
+        *rp = NULL;
+    }
+    return v;
+}
+
 /* Removes r's first element (r is not empty). */
 static void rax_remove_first(rax *r)
 {
@@ -266,21 +278,11 @@ static void free_listpack(void *lp) { lpFree(lp); }
  * stream is gone. */
 static int release_stream_step(stream *s, step_budget *b)
 {
-    while (s->cgroups) {
-        streamCG *cg = rax_first(s->cgroups);
-        if (!cg) {
-            raxFree(s->cgroups);
-            s->cgroups = NULL;
-            break;
-        }
+    streamCG *cg;
+    while (s->cgroups && (cg = rax_first_or_free(&s->cgroups))) {
         if (!release_rax_step(&cg->pel, free_nack, b)) return 0;
-        while (cg->consumers) {
-            streamConsumer *sc = rax_first(cg->consumers);
-            if (!sc) {
-                raxFree(cg->consumers);
-                cg->consumers = NULL;
-                break;
-            }
+        streamConsumer *sc;
+        while (cg->consumers && (sc = rax_first_or_free(&cg->consumers))) {
             if (!release_rax_step(&sc->pel, NULL, b)) return 0; /* its NACKs are freed above */
             if (!budget_left(b)) return 0;
             rax_remove_first(cg->consumers);
