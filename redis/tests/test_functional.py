@@ -1119,7 +1119,7 @@ def test_removals_larger_than_a_batch_are_refused(server_factory, kind):
     """Commands that free many elements one by one inside the command, with
     the key left in place or the elements popped into the reply: SPOP and
     ZPOPMIN/ZMPOP with a count, ZREMRANGEBYRANK/SCORE/LEX, XTRIM (and XADD)
-    with MAXLEN. On a 60 000-element value with an 8 MiB log each stopped
+    with MAXLEN, and SREM/ZREM/XDEL of many members (each member a free). On a 60 000-element value with an 8 MiB log each stopped
     the server at its batch's end; they are now refused (the elements
     counted: the range's ranks, the stream's length over MAXLEN), while the
     same commands on a few elements run, and DEL still removes the whole
@@ -1139,12 +1139,14 @@ def test_removals_larger_than_a_batch_are_refused(server_factory, kind):
             for j in range(i, i + chunk):
                 p.xadd("big", {"m": j}, id=f"1-{j + 1}")
             p.execute()
-    big = {"set": [("SPOP", "big", n)],
+    big = {"set": [("SPOP", "big", n), ("SREM", "big", *[f"member-{j:08d}" for j in range(18000)])],
            "zset": [("ZREMRANGEBYRANK", "big", 0, -1), ("ZREMRANGEBYSCORE", "big", "-inf", "(59990"),
                     ("ZREMRANGEBYLEX", "big", "-", "[member-00059000"), ("ZPOPMIN", "big", n),
-                    ("ZMPOP", 1, "big", "MAX", "COUNT", 50000)],
+                    ("ZMPOP", 1, "big", "MAX", "COUNT", 50000),
+                    ("ZREM", "big", *[f"member-{j:08d}" for j in range(12000)])],
            "stream": [("XTRIM", "big", "MAXLEN", 0), ("XTRIM", "big", "MAXLEN", "~", 10),
-                      ("XADD", "big", "MAXLEN", "=", 5, "*", "f", "v")]}[kind]
+                      ("XADD", "big", "MAXLEN", "=", 5, "*", "f", "v"),
+                      ("XDEL", "big", *[f"1-{j}" for j in range(1, 15001)])]}[kind]
     for cmd in big:
         with pytest.raises(ResponseError, match="would not fit in the log"):
             r.execute_command(*cmd)
