@@ -186,11 +186,12 @@ int mango_batch_pause(void);
 int mango_batch_resume(void);
 /* Log room, in bytes of captured data (32-byte blocks): *used by the batch
  * open on this thread (0 if none; distinct blocks, so a block written twice
- * counts once) and *capacity, the most one batch may hold (half the log,
- * less its framing, divided by the per-block overhead). A batch above
- * capacity fails at its end. An event loop can end a batch early between two
- * commands once *used grows large, and refuse a single command whose new
- * data could not fit. */
+ * counts once) and *capacity, the most one batch may hold in the log ring
+ * (half the log, less its framing, divided by the per-block overhead). A
+ * batch above capacity is committed through the pool's big-batch file
+ * instead (docs/pool-format.md): synchronously, after the batches before it,
+ * and at most one such batch at a time, so slower. An event loop can end a
+ * batch early between two commands once *used grows large. */
 void mango_batch_room(uint64_t *used, uint64_t *capacity);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "log/big_batch.h"
 #include "runtime/error.h"
 
 static const pool_region *region_of(const pool *p, uint64_t addr)
@@ -103,9 +104,10 @@ static int backend_round(backend *b, uint64_t committed)
 {
     pool *p = b->pool;
     apply_ctx c = {.p = p};
+    big_batch_scan big = {.path = p->big_batch_path, .visit = apply_visitor, .arg = &c};
     log_scan_result res;
     int rc = redo_log_scan(b->log->ring, b->log->cap, b->applied_lsn, b->applied_seq,
-                           b->log->generation, committed, apply_visitor, &c, &res);
+                           b->log->generation, committed, big_batch_visit, &big, &res);
     if (rc != MANGO_OK)
         return rc;
 #ifdef MANGO_MUTATE_HEAD_BEFORE_MIRROR_SYNC

@@ -94,7 +94,7 @@ static bool user_ignored(const char *name, const char *file)
 }
 
 static const char *const runtime_files[] = {
-    "backend.c",        "capture.c",      "commit_pipeline.c", "crc32c.c",
+    "backend.c",        "big_batch.c",    "capture.c",         "commit_pipeline.c", "crc32c.c",
     "dedup_set.c",      "durable_heap.c", "error.c",           "flat_combining.c",
     "layout.c",         "libc_interpose.c", "persist.c",       "pool.c",
     "recovery.c",       "redo_log.c",     "runtime.c",         "split_alloc.c",

@@ -67,6 +67,34 @@ static void write_pad(redo_log *l, uint64_t lsn, uint64_t bytes)
     persist_note_store(f, sizeof *f, "log.pad");
 }
 
+int redo_log_wait_reusable(redo_log *l, uint64_t lsn)
+{
+    if (atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) >= lsn)
+        return MANGO_OK;
+    pthread_mutex_lock(&l->mu);
+    l->full_waits++;
+    while (atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) < lsn) {
+        if (l->pool->pd.failed) {
+            pthread_mutex_unlock(&l->mu);
+            return mango_error(MANGO_EIO, "log full and the backend has failed");
+        }
+        l->space_waiters++;
+        if (l->kick) {
+            pthread_mutex_unlock(&l->mu);
+            l->kick(l->kick_arg);
+            pthread_mutex_lock(&l->mu);
+            if (atomic_load(&l->reusable_lsn) >= lsn) {
+                l->space_waiters--;
+                break;
+            }
+        }
+        pthread_cond_wait(&l->space_cv, &l->mu);
+        l->space_waiters--;
+    }
+    pthread_mutex_unlock(&l->mu);
+    return MANGO_OK;
+}
+
 int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
 {
     uint64_t bytes = round64(sizeof(log_frame) + (uint64_t)n * sizeof(log_entry));
@@ -78,28 +106,10 @@ int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
     uint64_t off = l->tail_lsn % l->cap;
     uint64_t pad = off + bytes > l->cap ? l->cap - off : 0;
     uint64_t need_end = l->tail_lsn + pad + bytes;
-    if (need_end - atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) > l->cap) {
-        pthread_mutex_lock(&l->mu);
-        l->full_waits++;
-        while (need_end - atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) > l->cap) {
-            if (l->pool->pd.failed) {
-                pthread_mutex_unlock(&l->mu);
-                return mango_error(MANGO_EIO, "log full and the backend has failed");
-            }
-            l->space_waiters++;
-            if (l->kick) {
-                pthread_mutex_unlock(&l->mu);
-                l->kick(l->kick_arg);
-                pthread_mutex_lock(&l->mu);
-                if (need_end - atomic_load(&l->reusable_lsn) <= l->cap) {
-                    l->space_waiters--;
-                    break;
-                }
-            }
-            pthread_cond_wait(&l->space_cv, &l->mu);
-            l->space_waiters--;
-        }
-        pthread_mutex_unlock(&l->mu);
+    if (need_end > l->cap) {
+        int rc = redo_log_wait_reusable(l, need_end - l->cap);
+        if (rc != MANGO_OK)
+            return rc;
     }
     w->pad_lsn = l->tail_lsn;
     w->pad_bytes = pad;

@@ -121,6 +121,9 @@ void redo_log_destroy(redo_log *l);
 /* Largest batch (in blocks) a frame can hold in this log. */
 uint32_t redo_log_max_entries(const redo_log *l);
 
+/* Wait until log space below lsn may be reused: the backend has applied it
+ * and both head slots are past it (kicking the backend meanwhile). */
+int redo_log_wait_reusable(redo_log *l, uint64_t lsn);
 /* Reserve a frame for n entries, waiting for the backend if the log is full. */
 int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w);
 /* Append one block: copies 32 bytes from block_addr. */

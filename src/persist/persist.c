@@ -491,6 +491,27 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     return rc;
 }
 
+int persist_sync_file(persist_domain *d, int fd, const char *where)
+{
+    persist_observer_fn obs = current_observer();
+    uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
+    pthread_once(&fault_once, read_fault_env);
+    int rc = 0;
+    if (fault_sync_at > 0 && nth == (uint64_t)fault_sync_at) {
+        rc = -fault_sync_errno;
+    } else {
+        if (obs)
+            obs(PERSIST_EV_SYNC_RANGE, NULL, 0, where);
+        if (d->mode != PERSIST_NONE && fdatasync(fd) != 0)
+            rc = -errno;
+    }
+    if (rc != 0)
+        d->failed = true; /* as persist_sync: never retry as if the data were safe */
+    if (obs)
+        obs(PERSIST_EV_SYNC, NULL, 0, where);
+    return rc;
+}
+
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
 {
     (void)where;

@@ -119,6 +119,13 @@ void persist_write_through_release(persist_domain *d, void *addr, size_t len);
 /* Close the window's descriptor (the mapping goes with the pool's). */
 void persist_domain_release(persist_domain *d);
 
+/* A file beside the pool that belongs to d's state (the big-batch file,
+ * log/big_batch.h), written with pwrite(): make it durable (fdatasync) as a
+ * sync of d. Counted and subject to fault injection like persist_sync; a
+ * failure marks d failed. The observer sees it as PERSIST_EV_SYNC_RANGE with
+ * no address (NULL, 0) followed by PERSIST_EV_SYNC. 0 or -errno. */
+int persist_sync_file(persist_domain *d, int fd, const char *where);
+
 /* Pool creation, before any domain exists: make a new file's mapping and
  * the file durable, then (after its rename) its directory entry. Not seen by
  * the observer nor counted: creation is atomic by the rename, and a crash

@@ -247,6 +247,9 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
 {
     memset(p, 0, sizeof *p);
     p->fd = -1;
+    if ((size_t)snprintf(p->big_batch_path, sizeof p->big_batch_path, "%s.bigbatch", path) >=
+        sizeof p->big_batch_path)
+        return mango_error(MANGO_EINVAL, "pool path too long: %s", path);
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",

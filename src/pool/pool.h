@@ -29,6 +29,9 @@ typedef struct pool {
     uint64_t older_head_lsn;/* head_lsn of the other slot (log reuse limit) */
     bool slot_damaged;      /* one slot failed its checksum (the other was used) */
     bool writable;
+    /* "<pool file>.bigbatch": where batches too large for a log frame go
+     * (log/big_batch.h). Part of the pool's state while a frame names it. */
+    char big_batch_path[4096 + 16];
 } pool;
 
 typedef struct pool_create_params {

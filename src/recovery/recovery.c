@@ -13,6 +13,7 @@
 
 #include "alloc/durable_heap.h"
 #include "backend/backend.h"
+#include "log/big_batch.h"
 #include "recovery/trace.h"
 #include "runtime/error.h"
 
@@ -77,8 +78,11 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     log_scan_result res;
     /* Validate the whole log (frames and block addresses) before writing a
      * byte: a pool refused for corruption must be left unchanged. */
+    /* Frames that keep their entries in the big-batch file are seen through
+     * it (log/big_batch.h); the validation pass checks that file whole. */
+    big_batch_scan big = {.path = p->big_batch_path, .verify = true, .visit = validate_visit, .arg = p};
     int rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                           p->head.generation, UINT64_MAX, validate_visit, p, &res);
+                           p->head.generation, UINT64_MAX, big_batch_visit, &big, &res);
     if (rc != MANGO_OK)
         return rc;
     recovery_tracef("replay: log validated (%llu frames, %llu blocks)", (unsigned long long)res.frames,
@@ -88,8 +92,9 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     if (heap) {
         root_preview rp = {.heap = heap};
         memcpy(&rp.root, p->base + heap->mirror_offset, sizeof rp.root);
+        big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &rp};
         redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                      p->head.generation, valid_end, preview_visit, &rp, &res);
+                      p->head.generation, valid_end, big_batch_visit, &bigp, &res);
         if (rp.root.magic == DHEAP_MAGIC && rp.root.version != DHEAP_VERSION)
             return mango_error(MANGO_EBADPOOL,
                                "the durable heap in the pool has format version %llu, this build reads "
@@ -104,8 +109,9 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     recovery_trace("replay: heap root previewed");
     rep->torn_tail = res.torn_tail;
     rep->torn_lsn = res.torn_lsn;
+    big_batch_scan bigr = {.path = p->big_batch_path, .visit = replay_visit, .arg = &c};
     rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                       p->head.generation, valid_end, replay_visit, &c, &res);
+                       p->head.generation, valid_end, big_batch_visit, &bigr, &res);
     if (rc != MANGO_OK)
         return rc;
     recovery_trace("replay: frames applied to the mirror");
@@ -121,8 +127,12 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     if (rc != MANGO_OK)
         return rc;
     recovery_trace("replay: mirror synced, head written");
+    /* Both head slots are past every frame: none names the big-batch file. */
+    if (unlink(p->big_batch_path) != 0 && errno != ENOENT)
+        fprintf(stderr, "mangosteen: cannot remove %s: %s (harmless: the next big batch "
+                "overwrites it)\n", p->big_batch_path, strerror(errno));
     rep->frames_replayed = res.frames;
-    rep->blocks_replayed = res.entries;
+    rep->blocks_replayed = res.entries - bigr.big_frames + bigr.big_entries;
     rep->replay_seconds = now() - t0;
     *tail_lsn = res.end_lsn;
     *next_seq = res.next_seq;

@@ -30,6 +30,7 @@
 #include "capture/capture.h"
 #include "capture/verify.h"
 #include "concurrency/flat_combining.h"
+#include "log/big_batch.h"
 #include "log/commit_pipeline.h"
 #include "log/redo_log.h"
 #include "mango.h"
@@ -52,6 +53,7 @@ typedef struct runtime {
     char pool_path[PATH_MAX];
     pool pool;
     redo_log log;
+    big_batch_writer big; /* batches too large for a log frame */
     backend backend;
     commit_pipeline pipe;
     bool pipe_started;
@@ -144,6 +146,11 @@ static void put_block(void *arg, uintptr_t block, uint32_t mask)
     redo_log_put(arg, block, mask);
 }
 
+static void put_block_big(void *arg, uintptr_t block, uint32_t mask)
+{
+    big_batch_put(arg, block, mask);
+}
+
 /* Zero ranges of the open batch (dheap_calloc of reused heap memory), one
  * log entry each, written before the batch's blocks. Combiner thread only.
  * Not used under the capture verifier, which compares blocks. */
@@ -179,6 +186,52 @@ static int drain_pipeline(void)
         return MANGO_OK;
     int rc = pipeline_wait(&rt.pipe, atomic_load(&rt.pipe.submitted));
     return rc == MANGO_OK ? MANGO_OK : fail(rc);
+}
+
+/* A batch with more blocks than a log frame may hold (log/big_batch.h):
+ * its entries go to the big-batch file, synced, then a one-entry frame that
+ * names the file commits it, synchronously (a pipelined frame could be torn
+ * after the file was overwritten by the next big batch). Rare and slow by
+ * nature: waits for earlier frames, and for the backend to be done with the
+ * previous big batch. */
+static int commit_big_batch(uint64_t n)
+{
+    pool *p = &rt.pool;
+    int rc = drain_pipeline();
+    if (rc == MANGO_OK && rt.big.pending)
+        rc = redo_log_wait_reusable(&rt.log, rt.big.last_lsn + 1);
+    if (rc == MANGO_OK)
+        rc = big_batch_begin(&rt.big, &p->pd, p->big_batch_path);
+    if (rc != MANGO_OK) {
+        dedup_clear(rt.set);
+        n_zero = 0;
+        return fail(rc);
+    }
+    for (unsigned i = 0; i < n_zero; i++)
+        big_batch_put_zero(&rt.big, zero_ranges[i].addr, zero_ranges[i].len);
+    rt.log_zero_ranges += n_zero;
+    n_zero = 0;
+    dedup_for_each(rt.set, put_block_big, &rt.big);
+    dedup_clear(rt.set);
+    log_frame_writer w;
+    rc = redo_log_reserve(&rt.log, 1, &w);
+    if (rc == MANGO_OK)
+        rc = big_batch_finish(&rt.big, &p->pd, p->big_batch_path, rt.log.generation, rt.log.next_seq,
+                              w.lsn, &w.entries[0]);
+    if (rc != MANGO_OK)
+        return fail(rc);
+    w.n = 1;
+    rc = redo_log_commit(&rt.log, &w);
+    if (rc != MANGO_OK)
+        return fail(rc);
+    rt.big.pending = true;
+    rt.big.last_lsn = w.lsn;
+    rt.log_blocks += n;
+    rt.log_bytes += w.bytes + n * sizeof(log_entry);
+    rt.commit_syncs += 2;
+    backend_notify(&rt.backend);
+    last_ticket_here = pipeline_ticket_inline(&rt.pipe);
+    return MANGO_OK;
 }
 
 static int batch_begin(void *arg, unsigned n)
@@ -234,8 +287,10 @@ static int batch_end(void *arg)
         mango_error_adopt_fatal(); /* the backend's own message, if it stopped first */
         return rc;
     }
+    if (n > redo_log_max_entries(&rt.log))
+        return commit_big_batch(n);
     log_frame_writer w;
-    int rc = redo_log_reserve(&rt.log, (uint32_t)(n > UINT32_MAX ? UINT32_MAX : n), &w);
+    int rc = redo_log_reserve(&rt.log, (uint32_t)n, &w);
     if (rc != MANGO_OK) {
         dedup_clear(rt.set);
         n_zero = 0;
@@ -489,6 +544,7 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_heap;
     rt.verify = capture_verify_enabled();
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
+    big_batch_writer_init(&rt.big);
     rc = setup_fs_log_writes(p);
     if (rc)
         goto fail_heap;
@@ -751,6 +807,10 @@ int mango_shutdown(void)
     }
     if (rt.durable) {
         rc = backend_stop(&rt.backend, atomic_load(&rt.failed) == 0);
+        big_batch_writer_close(&rt.big);
+        /* Drained and marked clean: no frame names the big-batch file. */
+        if (rc == MANGO_OK && atomic_load(&rt.failed) == 0)
+            unlink(rt.pool.big_batch_path);
         redo_log_destroy(&rt.log);
         pool_close(&rt.pool);
         dedup_destroy(rt.set);

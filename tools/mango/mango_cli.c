@@ -22,6 +22,7 @@
 
 #include "alloc/durable_heap.h"
 #include "backend/backend.h"
+#include "log/big_batch.h"
 #include "log/redo_log.h"
 #include "mango.h"
 #include "persist/persist.h"
@@ -48,6 +49,9 @@ static const char *main_usage =
     "    A pool is the file in which the Mangosteen runtime keeps an application's\n"
     "    durable state: a checksummed header, two log head slots, a region table,\n"
     "    the redo log ring and a persistent mirror of every durable region.\n"
+    "    A batch too large for the log keeps its entries in POOL.bigbatch beside\n"
+    "    the pool until the mirror has them: copy both files when copying a pool\n"
+    "    that was not shut down cleanly.\n"
     "\n"
     "    Every command opens the pool read-only with a shared lock: it never\n"
     "    modifies the file, and it refuses a pool that a running process has open.\n"
@@ -113,7 +117,8 @@ static const char *check_usage =
     "        the other; two damaged slots are an error);\n"
     "      - every committed log frame from the head: checksums, LSN, sequence\n"
     "        and generation, and that each block address is 32-byte aligned and\n"
-    "        inside a durable region;\n"
+    "        inside a durable region; a frame that keeps its entries in the\n"
+    "        big-batch file POOL.bigbatch is checked against that file whole;\n"
     "      - the durable heap's root in the mirror, as it will be after the\n"
     "        pending frames are replayed.\n"
     "    An incomplete last frame (a torn tail: a batch whose commit did not\n"
@@ -281,8 +286,10 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
 
 static int scan_log(const pool *p, scan_ctx *c, log_scan_result *res)
 {
+    big_batch_scan big = {.path = p->big_batch_path, .verify = true, .visit = scan_visit, .arg = c};
     int rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                           p->head.generation, UINT64_MAX, scan_visit, c, res);
+                           p->head.generation, UINT64_MAX, big_batch_visit, &big, res);
+    res->entries += big.big_entries - big.big_frames; /* a big frame's one entry names its file */
     /* redo_log_scan calls any frame of this generation at the stop position
      * "torn", including the previous lap's frame there (lsn == pos - log_size)
      * when the ring was full: that is the clean end of the log, not a tear. */

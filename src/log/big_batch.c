@@ -1,0 +1,251 @@
+/* big_batch.c -- the big-batch file: writing a batch too large for a log
+ * frame, and reading it back for the backend and recovery (big_batch.h). */
+#define _GNU_SOURCE
+#include "log/big_batch.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "pool/crc32c.h"
+#include "runtime/error.h"
+
+#define STAGING_BYTES (1u << 20) /* entries are written in 1 MiB pwrites */
+
+static uint32_t header_crc(const big_batch_header *h)
+{
+    return crc32c(0, h, offsetof(big_batch_header, header_crc));
+}
+
+void big_batch_writer_init(big_batch_writer *w)
+{
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+}
+
+static int write_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = pwrite(fd, p, len, (off_t)off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? -errno : -EIO;
+        p += n;
+        off += (uint64_t)n;
+        len -= (size_t)n;
+    }
+    return 0;
+}
+
+int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
+{
+    if (!w->buf) {
+        w->buf = mmap(NULL, STAGING_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (w->buf == MAP_FAILED) {
+            w->buf = NULL;
+            return mango_error(MANGO_ENOMEM, "cannot allocate the big-batch staging buffer");
+        }
+    }
+    if (w->fd < 0) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0)
+            return mango_error(MANGO_EIO, "cannot open the big-batch file %s: %s", path, strerror(errno));
+        /* The file must still exist after a crash once a frame names it. */
+        char dir[sizeof(((pool *)0)->big_batch_path)];
+        snprintf(dir, sizeof dir, "%s", path);
+        int s = persist_sync_file(pd, fd, "big_batch.create");
+        if (s == 0)
+            s = persist_sync_directory(dirname(dir), "big_batch.create_dir");
+        if (s != 0) {
+            close(fd);
+            pd->failed = true;
+            return mango_error(MANGO_EIO, "cannot make the big-batch file %s durable: %s", path,
+                               strerror(-s));
+        }
+        w->fd = fd;
+    }
+    w->used = 0;
+    w->file_off = sizeof(big_batch_header);
+    w->n = 0;
+    w->crc = 0;
+    w->err = 0;
+    return MANGO_OK;
+}
+
+static void flush_staging(big_batch_writer *w)
+{
+    if (w->used == 0)
+        return;
+    w->crc = crc32c(w->crc, w->buf, w->used);
+    if (!w->err)
+        w->err = write_all(w->fd, w->buf, w->used, w->file_off);
+    w->file_off += w->used;
+    w->used = 0;
+}
+
+static log_entry *next_entry(big_batch_writer *w)
+{
+    if (w->used + sizeof(log_entry) > STAGING_BYTES)
+        flush_staging(w);
+    log_entry *e = (log_entry *)(w->buf + w->used);
+    w->used += sizeof(log_entry);
+    w->n++;
+    return e;
+}
+
+void big_batch_put(big_batch_writer *w, uintptr_t block, uint32_t mask)
+{
+    log_entry *e = next_entry(w);
+    e->addr = block;
+    e->mask = mask;
+    e->reserved = 0;
+    memcpy(e->data, (const void *)block, LOG_BLOCK_SIZE);
+}
+
+void big_batch_put_zero(big_batch_writer *w, uintptr_t addr, uint64_t len)
+{
+    log_entry *e = next_entry(w);
+    e->addr = LOG_ZERO_TAG | addr;
+    e->mask = 0;
+    e->reserved = 0;
+    memset(e->data, 0, LOG_BLOCK_SIZE);
+    memcpy(e->data, &len, sizeof len);
+}
+
+int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, uint64_t generation,
+                     uint64_t seq, uint64_t lsn, log_entry *ref)
+{
+    flush_staging(w);
+    if (w->n > UINT32_MAX)
+        return mango_error(MANGO_EINVAL, "a batch wrote %llu blocks; one batch may hold at most %u",
+                           (unsigned long long)w->n, UINT32_MAX);
+    big_batch_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, BIG_BATCH_MAGIC, sizeof h.magic);
+    h.version = BIG_BATCH_VERSION;
+    h.header_size = sizeof h;
+    h.generation = generation;
+    h.seq = seq;
+    h.lsn = lsn;
+    h.n_entries = w->n;
+    h.payload_crc = w->crc;
+    h.header_crc = header_crc(&h);
+    uint64_t file_bytes = sizeof h + w->n * sizeof(log_entry);
+    int e = w->err;
+    if (!e)
+        e = write_all(w->fd, &h, sizeof h, 0);
+    if (!e && ftruncate(w->fd, (off_t)file_bytes) != 0) /* a longer earlier batch's tail */
+        e = -errno;
+    if (e) {
+        pd->failed = true; /* like a failed sync: nothing more may be acknowledged */
+        return mango_error(MANGO_EIO, "cannot write the big-batch file %s: %s; the batch is not "
+                           "durable and the runtime accepts no more writes", path, strerror(-e));
+    }
+    int s = persist_sync_file(pd, w->fd, "big_batch.sync");
+    if (s != 0)
+        return mango_error(MANGO_EIO, "sync of the big-batch file %s failed (%s); the batch is not "
+                           "durable and the runtime accepts no more writes", path, strerror(-s));
+    big_batch_ref r = {.n_entries = w->n, .file_bytes = file_bytes, .payload_crc = w->crc,
+                       .header_crc = h.header_crc};
+    ref->addr = LOG_BIG_TAG;
+    ref->mask = 0;
+    ref->reserved = 0;
+    memcpy(ref->data, &r, sizeof r);
+    w->batches++;
+    w->bytes += file_bytes;
+    return MANGO_OK;
+}
+
+void big_batch_writer_close(big_batch_writer *w)
+{
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->buf)
+        munmap(w->buf, STAGING_BYTES);
+    big_batch_writer_init(w);
+}
+
+/* ---- reading ---- */
+
+static int refuse(const big_batch_scan *s, const log_frame *f, const char *why)
+{
+    return mango_error(MANGO_EBADPOOL,
+                       "committed batch seq %llu keeps its entries in the big-batch file %s, which %s; "
+                       "refusing to use the pool (restore that file beside the pool and try again)",
+                       (unsigned long long)f->seq, s->path, why);
+}
+
+int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
+{
+    big_batch_scan *s = arg;
+    bool named = false;
+    for (uint32_t i = 0; i < f->n_entries; i++)
+        named |= log_entry_is_big_ref(&e[i]);
+    if (!named)
+        return s->visit ? s->visit(s->arg, f, e) : MANGO_OK;
+    if (f->n_entries != 1)
+        return mango_error(MANGO_EBADPOOL, "log frame seq %llu mixes a big-batch reference with "
+                           "other entries", (unsigned long long)f->seq);
+    big_batch_ref r;
+    memcpy(&r, e->data, sizeof r);
+    char why[160];
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(why, sizeof why, errno == ENOENT ? "is missing" : "cannot be opened (%s)",
+                 strerror(errno));
+        return refuse(s, f, why);
+    }
+    struct stat st;
+    big_batch_header h;
+    if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+        close(fd);
+        return refuse(s, f, "is too short to hold a header");
+    }
+    uint64_t want = sizeof h + r.n_entries * sizeof(log_entry);
+    const char *bad = NULL;
+    if (memcmp(h.magic, BIG_BATCH_MAGIC, sizeof h.magic) != 0 || h.header_crc != header_crc(&h))
+        bad = "has a damaged header";
+    else if (h.version != BIG_BATCH_VERSION || h.header_size != sizeof h)
+        bad = "has a format version this build does not read";
+    else if (h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
+             h.n_entries != r.n_entries || h.payload_crc != r.payload_crc ||
+             h.header_crc != r.header_crc || r.file_bytes != want || r.n_entries > UINT32_MAX) {
+        snprintf(why, sizeof why, "holds another batch (seq %llu, generation %llu)",
+                 (unsigned long long)h.seq, (unsigned long long)h.generation);
+        bad = why;
+    } else if ((uint64_t)st.st_size < want) {
+        bad = "is shorter than its entries (truncated)";
+    }
+    if (bad) {
+        close(fd);
+        return refuse(s, f, bad);
+    }
+    void *map = mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) {
+        snprintf(why, sizeof why, "cannot be mapped (%s)", strerror(errno));
+        return refuse(s, f, why);
+    }
+    const log_entry *entries = (const log_entry *)((const char *)map + sizeof h);
+    int rc = MANGO_OK;
+    if (s->verify && crc32c(0, entries, r.n_entries * sizeof(log_entry)) != r.payload_crc)
+        rc = refuse(s, f, "fails its checksum (torn or corrupt)");
+    if (rc == MANGO_OK) {
+        log_frame whole = *f;
+        whole.n_entries = (uint32_t)r.n_entries;
+        rc = s->visit ? s->visit(s->arg, &whole, entries) : MANGO_OK;
+        s->big_frames++;
+        s->big_entries += r.n_entries;
+    }
+    munmap(map, want);
+    return rc;
+}

@@ -1,0 +1,423 @@
+/* test_big_batch.c -- batches larger than a log frame go through the
+ * big-batch file (src/log/big_batch.h):
+ *   - emulated: batches of 1 MiB of distinct blocks (5x what a frame of the
+ *     256 KiB log may hold), mixed with small ones and with zero ranges, are
+ *     committed, survive a restart, and the file is gone after a clean
+ *     shutdown;
+ *   - fs, pipelined (mango_batch_submit): a big batch between submitted small
+ *     ones keeps the tickets in order and survives a restart;
+ *   - a big batch committed but not yet applied when the process dies: with
+ *     its file missing, damaged, or replaced by an earlier big batch's,
+ *     recovery refuses with MANGO_EBADPOOL and leaves the pool byte for byte
+ *     unchanged; with the file put back it recovers the batch;
+ *   - kill loop (sim mode, which drops everything not synced): a child runs
+ *     small and big batches and reports each acknowledged counter; after each
+ *     SIGKILL (and, every third round, a SIGKILL during recovery too) a fresh
+ *     process must find the big area uniform (big batches are atomic), in
+ *     step with the counter, and the counter at least the last acknowledged.
+ * Usage: test_big_batch [child MODE POOL FD | verify MODE POOL MIN | die POOL]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mango.h"
+
+#include "check.h"
+#include "test_config.h"
+
+#define AREA (1u << 20)      /* 32 768 blocks: more than a frame of a 256 KiB log holds */
+#define ZEROED (256u << 10)  /* recalloc'ed by every sixth batch: a zero range */
+
+typedef struct state {
+    uint64_t counter;  /* the last batch's number */
+    uint64_t last_big; /* the last batch that rewrote the area */
+    char *area;
+    char *zeroed;      /* calloc'ed anew by batches k % 6 == 0, then k stored at its start */
+} state;
+static state *st;
+
+static void init_state(void *arg)
+{
+    (void)arg;
+    st = calloc(1, sizeof *st);
+    st->area = calloc(1, AREA);
+    st->zeroed = calloc(1, ZEROED);
+    mango_capture(&st, sizeof st);
+    mango_capture(st, sizeof *st);
+}
+static bool is_ro(void *c) { (void)c; return true; }
+static void nop(void *c) { (void)c; }
+
+static mango_persist_mode parse_mode(const char *m)
+{
+    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS
+           : strcmp(m, "sim") == 0 ? MANGO_PERSIST_SIM
+                                   : MANGO_PERSIST_EMULATED;
+}
+
+static int start(const char *pool, mango_persist_mode mode)
+{
+    mango_config cfg;
+    small_test_config(&cfg, pool, mode);
+    cfg.log_size = 256u << 10;
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = nop, .init_state = init_state};
+    return mango_init(&cfg, &cb);
+}
+
+static bool is_big(uint64_t k) { return k % 3 == 0; }
+
+/* The body of batch k (between begin and end/submit). */
+static void batch_body(uint64_t k)
+{
+    if (is_big(k)) {
+        memset(st->area, (int)(k & 0xff), AREA);
+        mango_capture(st->area, AREA);
+        st->last_big = k;
+    }
+    if (k % 6 == 0) {
+        free(st->zeroed);
+        st->zeroed = calloc(1, ZEROED); /* reused memory: logged as a zero range */
+        memcpy(st->zeroed, &k, sizeof k);
+        mango_capture(st->zeroed, sizeof k);
+    }
+    st->counter = k;
+    mango_capture(st, sizeof *st);
+}
+
+/* The state a recovered process must hold: 0 or a reason. */
+static const char *state_problem(void)
+{
+    static char why[128];
+    uint64_t k = st->counter;
+    uint64_t big = k / 3 * 3;
+    if (st->last_big != big) {
+        snprintf(why, sizeof why, "counter %llu but last big batch %llu", (unsigned long long)k,
+                 (unsigned long long)st->last_big);
+        return why;
+    }
+    for (size_t i = 0; i < AREA; i++)
+        if ((unsigned char)st->area[i] != (unsigned char)(big & 0xff)) {
+            snprintf(why, sizeof why, "counter %llu: area byte %zu is %u, not %u (a torn big batch)",
+                     (unsigned long long)k, i, (unsigned char)st->area[i], (unsigned)(big & 0xff));
+            return why;
+        }
+    uint64_t z;
+    memcpy(&z, st->zeroed, sizeof z);
+    if (z != k / 6 * 6) {
+        snprintf(why, sizeof why, "counter %llu: zeroed area holds %llu", (unsigned long long)k,
+                 (unsigned long long)z);
+        return why;
+    }
+    for (size_t i = sizeof z; i < ZEROED; i++)
+        if (st->zeroed[i]) {
+            snprintf(why, sizeof why, "zeroed area byte %zu is not zero", i);
+            return why;
+        }
+    return NULL;
+}
+
+static bool file_exists(const char *p) { return access(p, F_OK) == 0; }
+
+static uint64_t file_hash(const char *path)
+{
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return 0;
+    static char buf[1 << 16];
+    uint64_t h = 1469598103934665603ull;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof buf)) > 0)
+        for (ssize_t i = 0; i < n; i++)
+            h = (h ^ (unsigned char)buf[i]) * 1099511628211ull;
+    close(fd);
+    return h;
+}
+
+static int run_self(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_big_batch", a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* ---- part 1: emulated, in process ---- */
+static void emulated_checks(const char *pool, const char *big_path)
+{
+    unlink(pool);
+    unlink(big_path);
+    CHECK(start(pool, MANGO_PERSIST_EMULATED) == MANGO_FRESH);
+    uint64_t cap = 0;
+    mango_batch_room(NULL, &cap);
+    printf("a frame holds up to %llu bytes of blocks; a big batch writes %u\n",
+           (unsigned long long)cap, AREA);
+    CHECK(cap > 0 && cap * 4 < AREA);
+    mango_stats s0, s1;
+    mango_get_stats(&s0);
+    for (uint64_t k = 1; k <= 13; k++) {
+        CHECK(mango_batch_begin() == MANGO_OK);
+        batch_body(k);
+        CHECK(mango_batch_end() == MANGO_OK);
+        if (k == 3)
+            CHECK(file_exists(big_path));
+    }
+    mango_get_stats(&s1);
+    printf("13 batches, 4 big: %llu blocks logged, %llu bytes\n",
+           (unsigned long long)(s1.log_blocks - s0.log_blocks),
+           (unsigned long long)(s1.log_bytes - s0.log_bytes));
+    CHECK(s1.log_blocks - s0.log_blocks >= 4ull * (AREA / 32));
+    CHECK(s1.log_zero_ranges > s0.log_zero_ranges); /* the recalloc was a zero range */
+    const char *why = state_problem();
+    CHECK(why == NULL);
+    CHECK(mango_shutdown() == MANGO_OK);
+    CHECK(!file_exists(big_path)); /* clean shutdown: no frame names it */
+    CHECK(start(pool, MANGO_PERSIST_EMULATED) == MANGO_RECOVERED);
+    why = state_problem();
+    if (why)
+        printf("after restart: %s\n", why);
+    CHECK(why == NULL && st->counter == 13);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(pool);
+}
+
+/* ---- part 2: fs, pipelined ---- */
+static void fs_pipelined_checks(const char *pool, const char *big_path)
+{
+    unlink(pool);
+    unlink(big_path);
+    CHECK(start(pool, MANGO_PERSIST_FS) == MANGO_FRESH);
+    uint64_t t, prev = 0;
+    CHECK(mango_durable_ticket(&prev) == 0);
+    for (uint64_t k = 1; k <= 8; k++) {
+        CHECK(mango_batch_begin() == MANGO_OK);
+        batch_body(k);
+        CHECK(mango_batch_submit(&t) == MANGO_OK);
+        CHECK(t == prev + 1);
+        prev = t;
+        if (is_big(k)) { /* committed inline: durable at once, with all before it */
+            uint64_t d;
+            CHECK(mango_durable_ticket(&d) == 0 && d == t);
+        }
+    }
+    CHECK(mango_wait_durable(t) == 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    CHECK(start(pool, MANGO_PERSIST_FS) == MANGO_RECOVERED);
+    const char *why = state_problem();
+    CHECK(why == NULL && st->counter == 8);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(pool);
+}
+
+/* ---- part 3: committed, unapplied, and the file is not right ---- */
+
+/* Child: batches 1..n, then die at once (the backend waits a millisecond
+ * before applying, so the last big frame is most likely still unapplied). */
+static int die_after(const char *pool, uint64_t n)
+{
+    if (start(pool, MANGO_PERSIST_EMULATED) < 0)
+        return 2;
+    for (uint64_t k = st->counter + 1; k <= n; k++) {
+        if (mango_batch_begin() != MANGO_OK)
+            return 3;
+        batch_body(k);
+        if (mango_batch_end() != MANGO_OK)
+            return 4;
+    }
+    raise(SIGKILL);
+    return 5;
+}
+
+/* Verify child: 0 recovered and right, 10 refused with a big-batch reason,
+ * else a failure. */
+static int verify(const char *mode, const char *pool, uint64_t min)
+{
+    int rc = start(pool, parse_mode(mode));
+    if (rc == MANGO_EBADPOOL && strstr(mango_last_error(), ".bigbatch")) {
+        printf("verify: refused: %s\n", mango_last_error());
+        return 10;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "verify: %s\n", mango_last_error());
+        return 2;
+    }
+    const char *why = state_problem();
+    if (!why && st->counter < min)
+        why = "an acknowledged batch is lost";
+    if (why || getenv("MANGO_TEST_VERBOSE"))
+        fprintf(stderr, "verify: counter %llu, acknowledged %llu: %s\n", (unsigned long long)st->counter,
+                (unsigned long long)min, why ? why : "ok");
+    mango_shutdown();
+    return why ? 1 : 0;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s'", from, to);
+    CHECK(system(cmd) == 0);
+}
+
+static void bad_file_checks(const char *pool, const char *big_path)
+{
+    char aside[200], stale[200];
+    snprintf(aside, sizeof aside, "%s.aside", big_path);
+    snprintf(stale, sizeof stale, "%s.stale", big_path);
+    int refused_missing = 0, refused_damaged = 0, refused_stale = 0, attempts = 0;
+    for (; attempts < 10 && (!refused_missing || !refused_damaged || !refused_stale); attempts++) {
+        unlink(pool);
+        unlink(big_path);
+        char n[16];
+        CHECK(run_self("die", pool, "3", "-") == 128 + SIGKILL); /* batches 1-3: one big */
+        if (!file_exists(big_path))
+            continue; /* (cannot happen: only recovery and shutdown remove it) */
+        copy_file(big_path, stale);
+        CHECK(run_self("verify", "emulated", pool, "3") == 0);
+        snprintf(n, sizeof n, "%d", 6);
+        CHECK(run_self("die", pool, n, "-") == 128 + SIGKILL); /* 4-6: big batch 6 */
+        uint64_t before = file_hash(pool);
+        /* missing */
+        CHECK(rename(big_path, aside) == 0);
+        int v = run_self("verify", "emulated", pool, "6");
+        if (v == 0)
+            continue; /* the backend had applied batch 6: nothing to refuse, and right */
+        CHECK(v == 10);
+        CHECK(file_hash(pool) == before);
+        refused_missing++;
+        /* an earlier big batch's file */
+        copy_file(stale, big_path);
+        v = run_self("verify", "emulated", pool, "6");
+        CHECK(v == 10 && file_hash(pool) == before);
+        refused_stale += v == 10;
+        /* damaged: one payload byte flipped */
+        copy_file(aside, big_path);
+        int fd = open(big_path, O_RDWR);
+        CHECK(fd >= 0);
+        unsigned char c;
+        CHECK(pread(fd, &c, 1, 64 + 48 * 1000 + 20) == 1);
+        c ^= 0x40;
+        CHECK(pwrite(fd, &c, 1, 64 + 48 * 1000 + 20) == 1);
+        close(fd);
+        v = run_self("verify", "emulated", pool, "6");
+        CHECK(v == 10 && file_hash(pool) == before);
+        refused_damaged += v == 10;
+        /* put back: recovers batch 6 */
+        CHECK(rename(aside, big_path) == 0);
+        CHECK(run_self("verify", "emulated", pool, "6") == 0);
+        CHECK(!file_exists(big_path)); /* recovery removed it */
+    }
+    printf("unapplied big batch: %d attempts; refused missing %d, stale %d, damaged %d\n", attempts,
+           refused_missing, refused_stale, refused_damaged);
+    CHECK(refused_missing > 0 && refused_stale > 0 && refused_damaged > 0);
+    unlink(pool);
+    unlink(big_path);
+    unlink(aside);
+    unlink(stale);
+}
+
+/* ---- part 4: kill loop ---- */
+
+static int child(const char *mode, const char *pool, int fd)
+{
+    if (start(pool, parse_mode(mode)) < 0) {
+        fprintf(stderr, "child: %s\n", mango_last_error());
+        return 2;
+    }
+    for (uint64_t k = st->counter + 1;; k++) {
+        if (mango_batch_begin() != MANGO_OK)
+            return 3;
+        batch_body(k);
+        if (mango_batch_end() != MANGO_OK)
+            return 4;
+        if (write(fd, &k, sizeof k) != sizeof k)
+            return 5;
+    }
+}
+
+static void kill_loop(const char *pool, const char *big_path, int rounds)
+{
+    unlink(pool);
+    unlink(big_path);
+    uint64_t acked = 0;
+    int lost = 0, recovery_kills = 0;
+    srand((unsigned)getpid());
+    for (int r = 0; r < rounds; r++) {
+        int pfd[2];
+        CHECK(pipe(pfd) == 0);
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(pfd[0]);
+            char fdtxt[16];
+            snprintf(fdtxt, sizeof fdtxt, "%d", pfd[1]);
+            execl("/proc/self/exe", "test_big_batch", "child", "sim", pool, fdtxt, (char *)NULL);
+            _exit(127);
+        }
+        close(pfd[1]);
+        struct timespec ts = {0, (30 + rand() % 250) * 1000000L};
+        nanosleep(&ts, NULL);
+        kill(pid, SIGKILL);
+        uint64_t v;
+        while (read(pfd[0], &v, sizeof v) == sizeof v)
+            if (v > acked)
+                acked = v;
+        close(pfd[0]);
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFSIGNALED(status));
+        if (r % 3 == 2) { /* a crash during recovery */
+            pid = fork();
+            if (pid == 0) {
+                execl("/proc/self/exe", "test_big_batch", "verify", "sim", pool, "0", (char *)NULL);
+                _exit(127);
+            }
+            struct timespec rs = {0, (rand() % 4000) * 1000L};
+            nanosleep(&rs, NULL);
+            kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            recovery_kills += WIFSIGNALED(status);
+        }
+        char mintxt[32];
+        snprintf(mintxt, sizeof mintxt, "%llu", (unsigned long long)acked);
+        if (run_self("verify", "sim", pool, mintxt) != 0)
+            lost++;
+    }
+    printf("kill loop (sim): rounds=%d acked=%llu (%llu big batches) recovery kills=%d lost=%d\n", rounds,
+           (unsigned long long)acked, (unsigned long long)(acked / 3), recovery_kills, lost);
+    CHECK(lost == 0);
+    CHECK(acked >= 6); /* at least two big batches acknowledged */
+    unlink(pool);
+    unlink(big_path);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 5 && strcmp(argv[1], "child") == 0)
+        return child(argv[2], argv[3], atoi(argv[4]));
+    if (argc >= 5 && strcmp(argv[1], "verify") == 0)
+        return verify(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (argc >= 4 && strcmp(argv[1], "die") == 0)
+        return die_after(argv[2], strtoull(argv[3], NULL, 10));
+    char pool[96], big[120];
+    snprintf(pool, sizeof pool, "/dev/shm/mango-big-%d.pool", (int)getpid());
+    snprintf(big, sizeof big, "%s.bigbatch", pool);
+    emulated_checks(pool, big);
+    bad_file_checks(pool, big);
+    kill_loop(pool, big, argc >= 3 && strcmp(argv[1], "kill") == 0 ? atoi(argv[2]) : 12);
+    snprintf(pool, sizeof pool, "/var/tmp/mango-big-%d.pool", (int)getpid());
+    snprintf(big, sizeof big, "%s.bigbatch", pool);
+    fs_pipelined_checks(pool, big);
+    return check_report("test_big_batch");
+}
