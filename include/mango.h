@@ -238,6 +238,8 @@ typedef struct mango_stats {
     uint64_t log_capacity;       /* bytes of the redo log ring */
     uint64_t log_unapplied_bytes;/* committed log the backend has not applied to the mirror yet */
     uint64_t batches_in_flight;  /* submitted batches whose log sync has not completed */
+    uint64_t big_batches;        /* batches too large for a log frame, committed through the big-batch file */
+    uint64_t big_batch_bytes;    /* bytes written to that file (headers and entries; in log_bytes too) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -552,6 +552,8 @@ char *mangoInfo(char *info, int after_section)
         "mango_log_unapplied_bytes:%llu\r\n"
         "mango_log_full_waits:%llu\r\n"
         "mango_batch_capacity_bytes:%llu\r\n"
+        "mango_big_batches:%llu\r\n"
+        "mango_big_batch_bytes:%llu\r\n"
         "mango_backend_syncs:%llu\r\n"
         "mango_heap_allocations:%llu\r\n"
         "mango_heap_payload_bytes:%llu\r\n"
@@ -562,7 +564,7 @@ char *mangoInfo(char *info, int after_section)
         mango_mode_name(), mango_pool_path(), mango_recovered ? "recovered" : "fresh", pipelined,
         (ull)s.batches, (ull)s.batches_in_flight, (ull)s.frontend_syncs, (ull)s.log_bytes, (ull)s.log_blocks,
         (ull)s.log_zero_ranges, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
-        (ull)batch_capacity, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
+        (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
         (ull)s.heap_allocated_bytes, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds);
 }
 
@@ -826,10 +828,11 @@ void mangoCallEnd(client *c, int write)
     }
     if (write) mangoWriteEnd();
     if (--call_depth == 0) cmd_dep = 0;
-    /* Between two outermost commands the pass's batch may end early: the
-     * log must hold a whole batch, and a pass of many large writes (ten
-     * clients each SETting 10 MB) would otherwise outgrow it. Replies keep
-     * the ticket of the batch they were made in. */
+    /* Between two outermost commands the pass's batch may end early: a pass
+     * of many large writes (ten clients each SETting 10 MB) would otherwise
+     * outgrow what a log frame holds, and a batch that does is committed
+     * through the big-batch file, synchronously (slower). Replies keep the
+     * ticket of the batch they were made in. */
     if (write && call_depth == 0 && write_depth == 0 && mango_batch_open()) {
         uint64_t used, cap;
         mango_batch_room(&used, &cap);
@@ -840,322 +843,9 @@ void mangoCallEnd(client *c, int write)
     }
 }
 
-size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
-
-/* BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
- * increment] [OVERFLOW how]...: SET and INCRBY grow the string up to their
- * field's end (an offset "#N" counts in fields of the type's width). */
-static uint64_t bitfield_bytes(robj **argv, int argc)
-{
-    uint64_t end_bits = 0;
-    for (int j = 2; j < argc; j++) {
-        if (!sdsEncodedObject(argv[j])) return 0;
-        const char *op = argv[j]->ptr;
-        if (!strcasecmp(op, "overflow")) {
-            j += 1;
-            continue;
-        }
-        int grows = !strcasecmp(op, "set") || !strcasecmp(op, "incrby");
-        if (!grows && strcasecmp(op, "get")) return end_bits / 8; /* Redis reports the syntax error */
-        if (j + 2 >= argc || !sdsEncodedObject(argv[j + 1]) || !sdsEncodedObject(argv[j + 2])) break;
-        const char *type = argv[j + 1]->ptr, *offs = argv[j + 2]->ptr;
-        long long width = 0, off = 0;
-        if ((type[0] == 'u' || type[0] == 'i') && string2ll(type + 1, strlen(type + 1), &width) && width > 0 &&
-            width <= 64 && string2ll(offs + (offs[0] == '#'), strlen(offs) - (offs[0] == '#'), &off) && off >= 0 &&
-            (uint64_t)off <= UINT64_MAX / 64 && grows) {
-            uint64_t bits = (offs[0] == '#' ? (uint64_t)off * (uint64_t)width : (uint64_t)off) + (uint64_t)width;
-            if (bits > end_bits) end_bits = bits;
-        }
-        j += grows ? 3 : 2;
-    }
-    return end_bits / 8;
-}
-
-/* The value stored under a key argument in c's database, or NULL (no such
- * key, or not a string argument). No lookup side effects: no expiry, no
- * LRU touch, no keyspace-miss statistics (estimates run before the command). */
-static robj *existing_value(client *c, robj *key)
-{
-    if (!sdsEncodedObject(key)) return NULL;
-    dictEntry *de = dictFind(c->db->dict, key->ptr);
-    return de ? dictGetVal(de) : NULL;
-}
-
-/* An element's share of o's sampled size (MEMORY USAGE's estimate). */
-static uint64_t bytes_per_element(client *c, robj *key, robj *o, uint64_t elements)
-{
-    return objectComputeSize(key, o, 5, c->db->id) / (elements ? elements : 1);
-}
-
-/* What removing one element of an aggregate costs the log: its 2-3 chunks
- * freed, each a header and a free-list link (mango_release.c counts the
- * same 5 blocks), plus the unlinking. */
-#define FREE_LOG_BYTES_PER_ELEMENT 192
-
-/* Defined in t_zset.c without a declaration in server.h. */
-zskiplistNode *zslFirstInLexRange(zskiplist *zsl, zlexrangespec *range);
-zskiplistNode *zslLastInLexRange(zskiplist *zsl, zlexrangespec *range);
-
-/* A score bound as ZRANGEBYSCORE takes it: [(]number, -inf, +inf. */
-static int score_bound(robj *o, double *v, int *ex)
-{
-    if (!sdsEncodedObject(o)) return 0;
-    const char *s = o->ptr;
-    *ex = s[0] == '(';
-    char *end;
-    *v = strtod(s + *ex, &end);
-    return end != s + *ex && *end == '\0' && !isnan(*v);
-}
-
-/* Elements of a skiplist-encoded sorted set between two nodes, both
- * included (0 if either is missing). */
-static uint64_t zsl_span(zskiplist *zsl, zskiplistNode *first, zskiplistNode *last)
-{
-    if (!first || !last) return 0;
-    unsigned long a = zslGetRank(zsl, first->score, first->ele), b = zslGetRank(zsl, last->score, last->ele);
-    return b >= a ? b - a + 1 : 0;
-}
-
-/* Elements a command removes from an existing key inside the command (not
- * through the graveyard: the key survives, or the elements are freed one by
- * one), and the bytes a popped element adds to the reply: SPOP with a count,
- * ZPOPMIN/ZPOPMAX/ZMPOP with a count, ZREMRANGEBYRANK/SCORE/LEX, XTRIM
- * or XADD with MAXLEN, and one element per member argument of HDEL, SREM,
- * ZREM, XDEL and XACK. A ZREMRANGEBYRANK of a 60 000-member sorted set
- * logged more than an 8 MiB log's batch and stopped the server. Small
- * encodings (listpacks) are skipped: they are one allocation. */
-static uint64_t removed_elements(client *c, redisCommandProc *p, robj **argv, int argc, uint64_t *reply_each)
-{
-    *reply_each = 0;
-    int key = 1;
-    long long count = -1;
-    if (p == zmpopCommand) { /* ZMPOP numkeys key [key ...] MIN|MAX [COUNT count] */
-        long long nk = 0;
-        if (argc < 4 || getLongLongFromObject(argv[1], &nk) != C_OK || nk < 1 || nk > argc - 3) return 0;
-        uint64_t most = 0, each = 0;
-        count = 1;
-        if (argc >= 5 + nk && sdsEncodedObject(argv[3 + nk]) && !strcasecmp(argv[3 + nk]->ptr, "count"))
-            getLongLongFromObject(argv[4 + nk], &count);
-        for (int k = 2; k < 2 + nk; k++) {
-            robj *o = existing_value(c, argv[k]);
-            if (!o || o->type != OBJ_ZSET || o->encoding != OBJ_ENCODING_SKIPLIST) continue;
-            uint64_t n = zsetLength(o) < (unsigned long long)count ? zsetLength(o) : (uint64_t)count;
-            if (n > most) {
-                most = n;
-                each = bytes_per_element(c, argv[k], o, zsetLength(o));
-            }
-        }
-        *reply_each = each;
-        return most;
-    }
-    /* HDEL, SREM, ZREM, XDEL key member...; XACK key group id...: each
-     * argument may free an element (an XDEL of 20 000 one-entry stream nodes
-     * stopped the server once three quarters of a batch was allowed). */
-    int first_member = p == hdelCommand || p == sremCommand || p == zremCommand || p == xdelCommand ? 2
-                       : p == xackCommand ? 3 : 0;
-    if (first_member) return argc > first_member ? (uint64_t)(argc - first_member) : 0;
-    int pops = p == spopCommand || p == zpopminCommand || p == zpopmaxCommand;
-    int trims = p == xtrimCommand || p == xaddCommand;
-    int ranges = p == zremrangebyrankCommand || p == zremrangebyscoreCommand || p == zremrangebylexCommand;
-    if (!pops && !trims && !ranges) return 0;
-    robj *o = argc < 2 ? NULL : existing_value(c, argv[key]);
-    if (!o) return 0;
-    if (pops) {
-        if (argc < 3 || getLongLongFromObject(argv[2], &count) != C_OK || count <= 0) return 0;
-        uint64_t len;
-        if (p == spopCommand && o->type == OBJ_SET && o->encoding == OBJ_ENCODING_HT) len = setTypeSize(o);
-        else if (p != spopCommand && o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) len = zsetLength(o);
-        else return 0;
-        *reply_each = bytes_per_element(c, argv[key], o, len);
-        return (uint64_t)count < len ? (uint64_t)count : len;
-    }
-    if (trims) { /* XTRIM key MAXLEN [=|~] n ...; XADD key [NOMKSTREAM] MAXLEN [=|~] n ... */
-        if (o->type != OBJ_STREAM) return 0;
-        stream *st = o->ptr;
-        for (int j = 2; j + 1 < argc; j++) {
-            if (!sdsEncodedObject(argv[j]) || strcasecmp(argv[j]->ptr, "maxlen")) continue;
-            int v = j + 1;
-            if (sdsEncodedObject(argv[v]) && (!strcmp(argv[v]->ptr, "=") || !strcmp(argv[v]->ptr, "~"))) v++;
-            long long maxlen = 0;
-            if (v >= argc || getLongLongFromObject(argv[v], &maxlen) != C_OK || maxlen < 0) return 0;
-            return st->length > (uint64_t)maxlen ? st->length - (uint64_t)maxlen : 0;
-        }
-        return 0; /* MINID: not estimated */
-    }
-    if (o->type != OBJ_ZSET || o->encoding != OBJ_ENCODING_SKIPLIST || argc < 4) return 0;
-    zskiplist *zsl = ((zset *)o->ptr)->zsl;
-    uint64_t len = zsl->length;
-    if (p == zremrangebyrankCommand) {
-        long long start, end;
-        if (getLongLongFromObject(argv[2], &start) != C_OK || getLongLongFromObject(argv[3], &end) != C_OK) return 0;
-        if (start < 0) start += (long long)len;
-        if (end < 0) end += (long long)len;
-        if (start < 0) start = 0;
-        if (end >= (long long)len) end = (long long)len - 1;
-        return start > end ? 0 : (uint64_t)(end - start + 1);
-    }
-    if (p == zremrangebyscoreCommand) {
-        zrangespec r;
-        if (!score_bound(argv[2], &r.min, &r.minex) || !score_bound(argv[3], &r.max, &r.maxex)) return 0;
-        return zsl_span(zsl, zslFirstInRange(zsl, &r), zslLastInRange(zsl, &r));
-    }
-    zlexrangespec r;
-    if (zslParseLexRange(argv[2], argv[3], &r) != C_OK) return 0;
-    uint64_t n = zsl_span(zsl, zslFirstInLexRange(zsl, &r), zslLastInLexRange(zsl, &r));
-    zslFreeLexRange(&r);
-    return n;
-}
-
-/* APPEND key value: a string without room for the value is reallocated,
- * and the durable heap's realloc copies it (a SET of 1 MB and an APPEND of
- * 1 MB logged 98 330 blocks: the copy, the value and its argument). */
-static uint64_t appended_bytes(client *c, robj **argv, int argc)
-{
-    if (argc < 3 || !sdsEncodedObject(argv[2])) return 0;
-    robj *o = existing_value(c, argv[1]);
-    if (!o || o->type != OBJ_STRING || o->encoding != OBJ_ENCODING_RAW) return 0; /* at most 44 bytes */
-    size_t add = sdslen(argv[2]->ptr);
-    if (o->refcount == 1 && sdsavail(o->ptr) >= add) return 0; /* in place */
-    return (uint64_t)sdslen(o->ptr) + add;
-}
-
-/* RESTORE key ttl payload ...: an RDB payload can expand far beyond its size
- * (an LZF-compressed string, a set stored as members). A payload over 1 KiB
- * (whose expansion could matter) is loaded once outside the write section,
- * into transient memory, and what it allocated is the estimate (twice for an
- * aggregate, as for the copies below); a payload that does not verify is left
- * to RESTORE's own error. */
-static uint64_t restored_bytes(client *c, robj **argv, int argc)
-{
-    if (argc < 4 || !sdsEncodedObject(argv[3]) || !sdsEncodedObject(argv[1])) return 0;
-    size_t len = sdslen(argv[3]->ptr);
-    if (len <= 1024) return len;
-    if (verifyDumpPayload(argv[3]->ptr, len, NULL) != C_OK) return 0;
-    rio payload;
-    rioInitWithBuffer(&payload, argv[3]->ptr);
-    size_t before = zmalloc_used_memory();
-    int type = rdbLoadObjectType(&payload);
-    int plain = type != -1 && rdbIsObjectType(type) && type != RDB_TYPE_MODULE && type != RDB_TYPE_MODULE_2;
-    robj *o = plain ? rdbLoadObject(type, &payload, argv[1]->ptr, c->db->id, NULL) : NULL;
-    if (!o) return len;
-    size_t after = zmalloc_used_memory(); /* (the lazyfree thread may free meanwhile) */
-    size_t made = after > before ? after - before : len;
-    int aggregate = o->type != OBJ_STRING;
-    decrRefCount(o);
-    return (aggregate ? 2 : 1) * (uint64_t)made;
-}
-
-/* Bytes of durable data a command would derive from keys that exist, or make
- * from an offset: COPY, the *STORE commands, SORT/GEORADIUS ... STORE and
- * BITOP copy their sources (the sources' sampled size, MEMORY USAGE's
- * estimate, twice for an aggregate: its copy logs about that much in blocks
- * and allocator metadata; the destination, replaced, is not counted);
- * SETRANGE, SETBIT and BITFIELD grow a string up to their offset; APPEND
- * may copy the string it grows; RESTORE makes what its payload expands to;
- * pops, range removals and trims free elements (removed_elements). Other
- * commands: 0. */
-static uint64_t derived_bytes(client *c, struct redisCommand *cmd, robj **argv, int argc)
-{
-    redisCommandProc *p = cmd->proc;
-    long long off = 0;
-    if (p == setrangeCommand)
-        return argc >= 4 && getLongLongFromObject(argv[2], &off) == C_OK && off > 0 ? (uint64_t)off : 0;
-    if (p == setbitCommand)
-        return argc >= 3 && getLongLongFromObject(argv[2], &off) == C_OK && off > 0 ? (uint64_t)off / 8 : 0;
-    if (p == bitfieldCommand) return bitfield_bytes(argv, argc);
-    if (p == appendCommand) return appended_bytes(c, argv, argc);
-    uint64_t reply_each, removed = removed_elements(c, p, argv, argc, &reply_each);
-    if (removed) return removed * (FREE_LOG_BYTES_PER_ELEMENT + reply_each);
-    if (p == restoreCommand) return restored_bytes(c, argv, argc);
-    int dest; /* the destination's argv index; -1: the source is argv[1] */
-    if (p == sunionstoreCommand || p == sinterstoreCommand || p == sdiffstoreCommand || p == zunionstoreCommand ||
-        p == zinterstoreCommand || p == zdiffstoreCommand || p == zrangestoreCommand || p == geosearchstoreCommand)
-        dest = 1;
-    else if (p == copyCommand || p == bitopCommand)
-        dest = 2;
-    else if (p == sortCommand || p == georadiusCommand || p == georadiusbymemberCommand) {
-        int store = 0;
-        for (int j = 2; j < argc; j++)
-            if (sdsEncodedObject(argv[j]) && (!strcasecmp(argv[j]->ptr, "store") || !strcasecmp(argv[j]->ptr, "storedist")))
-                store = 1;
-        if (!store) return 0;
-        dest = -1;
-    } else {
-        return 0;
-    }
-    uint64_t bytes = 0;
-    getKeysResult keys = GETKEYS_RESULT_INIT;
-    int n = dest < 0 ? 1 : getKeysFromCommand(cmd, argv, argc, &keys);
-    for (int i = 0; i < n; i++) {
-        int pos = dest < 0 ? 1 : keys.keys[i].pos;
-        robj *o = pos == dest || pos >= argc ? NULL : existing_value(c, argv[pos]);
-        if (!o) continue;
-        bytes += (o->type == OBJ_STRING ? 1 : 2) * (uint64_t)objectComputeSize(argv[pos], o, 5, c->db->id);
-    }
-    getKeysFreeResult(&keys);
-    return bytes;
-}
-
-/* What an argument costs the log besides its bytes when it becomes an
- * element of an aggregate: an SADD of 30 000 members of 6 bytes (180 KB of
- * arguments) logged 91 081 blocks, ~3 blocks (96 bytes of block data) a
- * member (the entry, the member's sds, the rehash moving entries), and
- * stopped the server with an 8 MiB log. HSET, ZADD and MSET pairs cost about
- * as much per argument. */
-#define LOG_BYTES_PER_ARGUMENT 96
-
 int mangoRefuseCommand(client *c)
 {
     if (!mango_on) return 0;
-    int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
-    if (changes_keyspace(c->cmd) || exec) {
-        /* A command (an EXEC with all it queued) is one batch, and a batch
-         * must fit in the log: refuse one whose estimated log would fill
-         * three quarters of it (a SET of a value that large), rather than
-         * stop the server when its batch ends. */
-        uint64_t cap;
-        mango_batch_room(NULL, &cap);
-        /* Redis's own sums of argument bytes: this command's, and for EXEC
-         * everything it queued; then what the commands copy from other keys
-         * (derived_bytes). */
-        uint64_t args = c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0);
-        args += derived_bytes(c, c->cmd, c->argv, c->argc) + (uint64_t)c->argc * LOG_BYTES_PER_ARGUMENT;
-        for (int j = 0; exec && j < c->mstate.count; j++)
-            args += derived_bytes(c, c->mstate.commands[j].cmd, c->mstate.commands[j].argv,
-                                  c->mstate.commands[j].argc) +
-                    (uint64_t)c->mstate.commands[j].argc * LOG_BYTES_PER_ARGUMENT;
-        /* DEBUG POPULATE count [prefix] [size]: ~160 bytes of keyspace
-         * structure per key besides its value in fresh memory (measured:
-         * 100 000 keys of 100 bytes logged 25 MB), ~650 in memory freed
-         * before, where each chunk reused is a block of its own (5 000 keys
-         * of 8 bytes logged 101 991 blocks after a FLUSHALL): count 700. */
-        if (c->cmd->proc == debugCommand && c->argc >= 3 && sdsEncodedObject(c->argv[1]) &&
-            !strcasecmp(c->argv[1]->ptr, "populate")) {
-            long long count = 0, size = 0;
-            if (getLongLongFromObject(c->argv[2], &count) == C_OK && count > 0) {
-                if (c->argc >= 5) getLongLongFromObject(c->argv[4], &size);
-                args += (uint64_t)count * (uint64_t)((size > 10 ? size : 10) + 700);
-            }
-        }
-        /* A big command gets a batch of its own: the pass's batch so far is
-         * submitted first (replies keep their tickets), so the estimate is
-         * compared with a whole batch's room, less a quarter for what it
-         * does not count (its reply, estimates that run short). */
-        if (cap && args > cap / 4 && mango_batch_open() && write_depth == 0 && call_depth == 0) {
-            uint64_t used = 0;
-            mango_batch_room(&used, NULL);
-            if (used > 0) {
-                int rc = mango_batch_submit(NULL);
-                if (rc != MANGO_OK) die("mango_batch_submit (before a large command)", rc);
-            }
-        }
-        if (cap && args > cap / 4 * 3) {
-            rejectCommandFormat(c, "Mangosteen: %s needs about %llu bytes of log, which would not fit in the log "
-                                "(a batch holds %llu bytes; split it, or start with a larger MANGO_LOG_SIZE)",
-                                c->cmd->fullname, (unsigned long long)args, (unsigned long long)cap);
-            return 1;
-        }
-    }
     if (c->cmd->proc == configSetCommand) {
         /* CONFIG SET name value [name value ...]: turning the AOF on would
          * fork a rewrite and, once saved by CONFIG REWRITE, stop the next

@@ -45,11 +45,11 @@ void mangoWriteBegin(void);
 void mangoWriteEnd(void);
 struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
- * A write command or EXEC whose arguments exceed half a batch's room is (a
- * batch must fit in the log), and so is REPLICAOF host port: a replica's full
- * sync loads the master's data outside any write section, and CONFIG SET
- * appendonly yes (the pool is the durable copy). (replicaof and appendonly
- * yes in the configuration are refused at start-up.) */
+ * REPLICAOF host port is (a replica's full sync loads the master's data
+ * outside any write section), and so is CONFIG SET appendonly yes (the pool
+ * is the durable copy). (replicaof and appendonly yes in the configuration
+ * are refused at start-up.) Commands of any size run: a batch larger than the
+ * log goes through the pool's big-batch file (docs/pool-format.md). */
 int mangoRefuseCommand(struct client *c);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable

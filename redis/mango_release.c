@@ -3,15 +3,18 @@
  * Compiled into redis-server next to mango_adapter.c (see docs/redis.md,
  * "Releasing big objects in steps").
  *
- * Every store a write section makes is logged, and one batch may hold at most
+ * Every store a write section makes is logged, and a log frame holds at most
  * half of the log. Freeing is such a store: each durable chunk freed writes
  * its header and a free-list link. A FLUSHALL of 20 000 YCSB records wrote
- * 960 896 log blocks (46 MB of log), more than one batch of the default
- * 64 MiB log may hold, and the server had to stop: the
- * batch could neither commit nor be dropped. The same happened to a DEL of a
- * big enough hash (60 000 fields with the tests' 8 MiB log), and to the lazy
- * forms (FLUSHALL ASYNC, UNLINK), whose frees came back from the lazyfree
- * thread as one deferred queue drained into one batch.
+ * 960 896 log blocks (46 MB of log), more than one frame of the default
+ * 64 MiB log may hold. Until the runtime had big batches (a batch too large
+ * for a frame goes through the pool's big-batch file) the server had to stop
+ * there: the batch could neither commit nor be dropped. The same happened to
+ * a DEL of a big enough hash (60 000 fields with the tests' 8 MiB log), and
+ * to the lazy forms (FLUSHALL ASYNC, UNLINK), whose frees came back from the
+ * lazyfree thread as one deferred queue drained into one batch. Such a batch
+ * now commits, but synchronously, with the event loop stopped while gigabytes
+ * of log are written: releasing in steps keeps the server answering.
  *
  * So the unlinking and the freeing are split:
  *   - FLUSHALL/FLUSHDB (sync or ASYNC) swap in empty dicts in the command's

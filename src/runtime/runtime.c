@@ -227,7 +227,7 @@ static int commit_big_batch(uint64_t n)
     rt.big.pending = true;
     rt.big.last_lsn = w.lsn;
     rt.log_blocks += n;
-    rt.log_bytes += w.bytes + n * sizeof(log_entry);
+    rt.log_bytes += w.bytes + sizeof(big_batch_header) + n * sizeof(log_entry);
     rt.commit_syncs += 2;
     backend_notify(&rt.backend);
     last_ticket_here = pipeline_ticket_inline(&rt.pipe);
@@ -845,6 +845,8 @@ void mango_get_stats(mango_stats *out)
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
     dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
     out->log_zero_ranges = rt.log_zero_ranges;
+    out->big_batches = rt.big.batches;
+    out->big_batch_bytes = rt.big.bytes;
     if (rt.up) {
         out->log_capacity = rt.log.cap;
         uint64_t committed = atomic_load(&rt.log.committed_lsn), applied = atomic_load(&rt.backend.applied_lsn);

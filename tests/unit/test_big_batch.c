@@ -180,6 +180,9 @@ static void emulated_checks(const char *pool, const char *big_path)
            (unsigned long long)(s1.log_blocks - s0.log_blocks),
            (unsigned long long)(s1.log_bytes - s0.log_bytes));
     CHECK(s1.log_blocks - s0.log_blocks >= 4ull * (AREA / 32));
+    CHECK(s1.big_batches - s0.big_batches == 4); /* batches 3, 6, 9 and 12 */
+    CHECK(s1.big_batch_bytes - s0.big_batch_bytes >= 4ull * (AREA / 32) * 48);
+    CHECK(s1.log_bytes - s0.log_bytes >= s1.big_batch_bytes - s0.big_batch_bytes);
     CHECK(s1.log_zero_ranges > s0.log_zero_ranges); /* the recalloc was a zero range */
     const char *why = state_problem();
     CHECK(why == NULL);
