@@ -28,7 +28,11 @@ void big_batch_writer_init(big_batch_writer *w)
 {
     memset(w, 0, sizeof *w);
     w->fd = -1;
+    w->stage_fd = -1;
 }
+
+/* Where the file's bytes are written before its sync. */
+static int out_fd(const big_batch_writer *w) { return w->stage_fd >= 0 ? w->stage_fd : w->fd; }
 
 static int write_all(int fd, const void *buf, size_t len, uint64_t off)
 {
@@ -62,7 +66,7 @@ int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
         /* The file must still exist after a crash once a frame names it. */
         char dir[sizeof(((pool *)0)->big_batch_path)];
         snprintf(dir, sizeof dir, "%s", path);
-        int s = persist_sync_file(pd, fd, "big_batch.create");
+        int s = persist_sync_file(pd, fd, -1, 0, "big_batch.create");
         if (s == 0)
             s = persist_sync_directory(dirname(dir), "big_batch.create_dir");
         if (s != 0) {
@@ -72,6 +76,9 @@ int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
                                strerror(-s));
         }
         w->fd = fd;
+        int e = persist_stage_file(pd, &w->stage_fd);
+        if (e != 0)
+            return mango_error(MANGO_EIO, "cannot make the big-batch staging file: %s", strerror(-e));
     }
     w->used = 0;
     w->file_off = sizeof(big_batch_header);
@@ -87,7 +94,7 @@ static void flush_staging(big_batch_writer *w)
         return;
     w->crc = crc32c(w->crc, w->buf, w->used);
     if (!w->err)
-        w->err = write_all(w->fd, w->buf, w->used, w->file_off);
+        w->err = write_all(out_fd(w), w->buf, w->used, w->file_off);
     w->file_off += w->used;
     w->used = 0;
 }
@@ -142,15 +149,15 @@ int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, 
     uint64_t file_bytes = sizeof h + w->n * sizeof(log_entry);
     int e = w->err;
     if (!e)
-        e = write_all(w->fd, &h, sizeof h, 0);
-    if (!e && ftruncate(w->fd, (off_t)file_bytes) != 0) /* a longer earlier batch's tail */
+        e = write_all(out_fd(w), &h, sizeof h, 0);
+    if (!e && ftruncate(out_fd(w), (off_t)file_bytes) != 0) /* a longer earlier batch's tail */
         e = -errno;
     if (e) {
         pd->failed = true; /* like a failed sync: nothing more may be acknowledged */
         return mango_error(MANGO_EIO, "cannot write the big-batch file %s: %s; the batch is not "
                            "durable and the runtime accepts no more writes", path, strerror(-e));
     }
-    int s = persist_sync_file(pd, w->fd, "big_batch.sync");
+    int s = persist_sync_file(pd, w->fd, w->stage_fd, file_bytes, "big_batch.sync");
     if (s != 0)
         return mango_error(MANGO_EIO, "sync of the big-batch file %s failed (%s); the batch is not "
                            "durable and the runtime accepts no more writes", path, strerror(-s));
@@ -169,6 +176,8 @@ void big_batch_writer_close(big_batch_writer *w)
 {
     if (w->fd >= 0)
         close(w->fd);
+    if (w->stage_fd >= 0)
+        close(w->stage_fd);
     if (w->buf)
         munmap(w->buf, STAGING_BYTES);
     big_batch_writer_init(w);

@@ -71,6 +71,7 @@ static inline bool log_entry_is_big_ref(const log_entry *e) { return e->addr == 
 
 typedef struct big_batch_writer {
     int fd;            /* -1 until the first big batch */
+    int stage_fd;      /* sim mode: where the file is written until its sync (persist.h) */
     char *buf;         /* staging for the entries */
     size_t used;
     uint64_t file_off; /* where buf[0] goes */

@@ -491,7 +491,41 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     return rc;
 }
 
-int persist_sync_file(persist_domain *d, int fd, const char *where)
+int persist_stage_file(const persist_domain *d, int *fd)
+{
+    *fd = -1;
+    if (d->mode != PERSIST_SIM)
+        return 0;
+    *fd = memfd_create("mango-sim-stage", MFD_CLOEXEC);
+    return *fd >= 0 ? 0 : -errno;
+}
+
+/* Sim mode: what a sync of a staged file writes to the file. */
+static int copy_stage(int from, int to, uint64_t len)
+{
+    static char buf[1 << 16];
+    for (uint64_t off = 0; off < len;) {
+        size_t n = len - off < sizeof buf ? (size_t)(len - off) : sizeof buf;
+        ssize_t r = pread(from, buf, n, (off_t)off);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return r < 0 ? -errno : -EIO;
+        for (ssize_t done = 0; done < r;) {
+            size_t ask = fault_short_writes && r - done > 1 ? (size_t)(r - done) / 2 : (size_t)(r - done);
+            ssize_t w = pwrite(to, buf + done, ask, (off_t)(off + (uint64_t)done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return w < 0 ? -errno : -EIO;
+            done += w;
+        }
+        off += (uint64_t)r;
+    }
+    return ftruncate(to, (off_t)len) == 0 ? 0 : -errno;
+}
+
+int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, const char *where)
 {
     persist_observer_fn obs = current_observer();
     uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
@@ -502,7 +536,9 @@ int persist_sync_file(persist_domain *d, int fd, const char *where)
     } else {
         if (obs)
             obs(PERSIST_EV_SYNC_RANGE, NULL, 0, where);
-        if (d->mode != PERSIST_NONE && fdatasync(fd) != 0)
+        if (stage_fd >= 0 && d->mode == PERSIST_SIM)
+            rc = copy_stage(stage_fd, fd, len);
+        if (rc == 0 && d->mode != PERSIST_NONE && fdatasync(fd) != 0)
             rc = -errno;
     }
     if (rc != 0)

@@ -15,6 +15,7 @@
  * In sim mode the pool is mapped privately: the file only ever holds what a
  * sync wrote, so a killed process leaves exactly what a power failure would
  * (at cache-line granularity, with every flushed-but-unsynced line lost).
+ * The big-batch file beside it is staged the same way (persist_sync_file).
  *
  * A crash simulator can observe every store/flush/fence/sync through
  * persist_set_observer(). Counters record syncs for benchmarks.
@@ -123,8 +124,14 @@ void persist_domain_release(persist_domain *d);
  * log/big_batch.h), written with pwrite(): make it durable (fdatasync) as a
  * sync of d. Counted and subject to fault injection like persist_sync; a
  * failure marks d failed. The observer sees it as PERSIST_EV_SYNC_RANGE with
- * no address (NULL, 0) followed by PERSIST_EV_SYNC. 0 or -errno. */
-int persist_sync_file(persist_domain *d, int fd, const char *where);
+ * no address (NULL, 0) followed by PERSIST_EV_SYNC. 0 or -errno.
+ * Sim mode keeps such a file, too, holding only what a sync wrote: the writer
+ * writes to a staging descriptor (persist_stage_file; -1 in other modes), and
+ * this sync copies its first len bytes to fd, truncated to len, first. */
+int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, const char *where);
+/* *fd: in sim mode a volatile staging file for persist_sync_file (a memfd),
+ * in any other mode -1 (write to the file itself). 0 or -errno. */
+int persist_stage_file(const persist_domain *d, int *fd);
 
 /* Pool creation, before any domain exists: make a new file's mapping and
  * the file durable, then (after its rename) its directory entry. Not seen by
