@@ -193,6 +193,12 @@ int mango_batch_resume(void);
  * and at most one such batch at a time, so slower. An event loop can end a
  * batch early between two commands once *used grows large. */
 void mango_batch_room(uint64_t *used, uint64_t *capacity);
+/* The durable heap: *allocated bytes (allocations with their headers) and
+ * its *capacity (fixed when the pool was made); 0 and 0 without a durable
+ * mode. An allocation the heap cannot hold fails (malloc returns NULL), so an
+ * application can refuse work that would grow its state while the room left,
+ * capacity - allocated (less any fragmentation), is short. */
+void mango_heap_room(uint64_t *allocated, uint64_t *capacity);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
  * (or was just) written by the current read-write command. A no-op outside
@@ -240,6 +246,7 @@ typedef struct mango_stats {
     uint64_t batches_in_flight;  /* submitted batches whose log sync has not completed */
     uint64_t big_batches;        /* batches too large for a log frame, committed through the big-batch file */
     uint64_t big_batch_bytes;    /* bytes written to that file (headers and entries; in log_bytes too) */
+    uint64_t heap_capacity;      /* bytes the durable heap may grow to (mango_heap_room) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -558,6 +558,7 @@ char *mangoInfo(char *info, int after_section)
         "mango_heap_allocations:%llu\r\n"
         "mango_heap_payload_bytes:%llu\r\n"
         "mango_heap_allocated_bytes:%llu\r\n"
+        "mango_heap_capacity_bytes:%llu\r\n"
         "mango_objects_being_released:%lu\r\n"
         "mango_function_libraries_saved:%lu\r\n"
         "mango_gather_holds:%llu\r\n",
@@ -565,7 +566,7 @@ char *mangoInfo(char *info, int after_section)
         (ull)s.batches, (ull)s.batches_in_flight, (ull)s.frontend_syncs, (ull)s.log_bytes, (ull)s.log_blocks,
         (ull)s.log_zero_ranges, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
         (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
-        (ull)s.heap_allocated_bytes, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds);
+        (ull)s.heap_allocated_bytes, (ull)s.heap_capacity, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds);
 }
 
 int mangoInWriteSection(void) { return write_depth > 0; }
@@ -843,9 +844,39 @@ void mangoCallEnd(client *c, int write)
     }
 }
 
+/* Room the durable heap keeps for what a command makes beyond its
+ * arguments (dict tables, reply buffers, the graveyard's steps): 1/32 of it,
+ * at least 1 MiB. */
+static uint64_t heap_reserve(uint64_t capacity)
+{
+    return capacity / 32 > (1u << 20) ? capacity / 32 : (1u << 20);
+}
+
 int mangoRefuseCommand(client *c)
 {
     if (!mango_on) return 0;
+    /* The pool's durable heap has a fixed size. Redis aborts on an allocation
+     * that fails ("OUT OF MEMORY", a bug report, the pool intact), so a
+     * command that may grow memory (CMD_DENYOOM, as maxmemory judges it; an
+     * EXEC by what it queued) is refused with an OOM error while the heap's
+     * room is short of twice its arguments plus a reserve. A command that
+     * makes far more than its arguments (SUNIONSTORE, a script) can still
+     * reach the abort; maxmemory below the heap's capacity avoids that. */
+    int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
+    if ((c->cmd->flags & CMD_DENYOOM) || (exec && (c->mstate.cmd_flags & CMD_DENYOOM))) {
+        uint64_t allocated, capacity;
+        mango_heap_room(&allocated, &capacity);
+        uint64_t args = c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0);
+        uint64_t need = 2 * args + heap_reserve(capacity);
+        if (capacity && (allocated > capacity || capacity - allocated < need)) {
+            rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in use; "
+                                "this command needs about %llu more, with a reserve): delete keys, set maxmemory "
+                                "below the heap, or start with a larger pool (mango-pool-size)",
+                                (unsigned long long)allocated, (unsigned long long)capacity,
+                                (unsigned long long)need);
+            return 1;
+        }
+    }
     if (c->cmd->proc == configSetCommand) {
         /* CONFIG SET name value [name value ...]: turning the AOF on would
          * fork a rewrite and, once saved by CONFIG REWRITE, stop the next

@@ -1258,6 +1258,38 @@ def test_big_batches_survive_kills(server_factory, mode):
     assert bigs >= 6, bigs
 
 
+def test_full_pool_refuses_writes_with_oom(server_factory):
+    """The pool's durable heap has a fixed size. When a SET did not fit, Redis
+    aborted ("Guru Meditation: Redis aborting for OUT OF MEMORY", then a
+    memory test of the whole mapping) with the pool intact. Now a command that
+    may grow memory is refused with an OOM error while the heap's room is
+    short of twice its arguments plus a reserve: the server stays up, reads
+    and deletions work, writes resume once keys are deleted, and everything
+    acknowledged survives kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    info = r.info("mangosteen")
+    assert 32 << 20 < info["mango_heap_capacity_bytes"] < 64 << 20
+    stored = []
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap is full"):
+        for i in range(20):
+            r.set(f"k{i}", bytes([97 + i]) * (5 << 20))
+            stored.append(i)
+    assert 6 <= len(stored) < 20, stored
+    assert r.ping() and r.dbsize() == len(stored) and r.strlen("k0") == 5 << 20
+    cli = subprocess.run(["redis-cli", "-p", str(s.port), "-x", "SET", "x"], input=b"y" * (5 << 20),
+                         capture_output=True, timeout=60)  # the error code itself, as redis-cli shows it
+    assert cli.stdout.startswith(b"OOM Mangosteen") or cli.stderr.startswith(b"OOM Mangosteen"), cli
+    with pytest.raises(ResponseError, match="durable heap is full"):
+        r.rpush("list", *[b"z" * 1000 for _ in range(5200)])
+    assert r.delete("k0", "k1", "k2") == 3
+    assert r.set("after", b"A" * (5 << 20))
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == len(stored) - 3 + 1 and r.getrange("after", 0, 1) == b"AA"
+    assert r.get(f"k{stored[-1]}")[:1] == bytes([97 + stored[-1]]) and r.exists("x", "list", "k0") == 0
+
+
 def test_keyspace_grows_past_a_batch_sized_table(server_factory):
     """A growing dict allocates its next table with calloc: 4 MB at 2^19
     buckets, 32 MB at 2^22. Zeroing it was logged block by block, so with an

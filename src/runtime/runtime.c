@@ -721,6 +721,19 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity)
         *capacity = c;
 }
 
+void mango_heap_room(uint64_t *allocated, uint64_t *capacity)
+{
+    uint64_t a = 0, c = 0;
+    if (rt.up && rt.durable) {
+        dheap_usage(NULL, NULL, &a);
+        c = rt.heap_size;
+    }
+    if (allocated)
+        *allocated = a;
+    if (capacity)
+        *capacity = c;
+}
+
 uint64_t mango_reply_ticket(void)
 {
     if (!rt.up)
@@ -849,6 +862,7 @@ void mango_get_stats(mango_stats *out)
     out->log_zero_ranges = rt.log_zero_ranges;
     out->big_batches = rt.big.batches;
     out->big_batch_bytes = rt.big.bytes;
+    out->heap_capacity = rt.up && rt.durable ? rt.heap_size : 0;
     if (rt.up) {
         out->log_capacity = rt.log.cap;
         uint64_t committed = atomic_load(&rt.log.committed_lsn), applied = atomic_load(&rt.backend.applied_lsn);

@@ -2,7 +2,8 @@
  * captured bytes (32-byte blocks: a block written twice counts once) and the
  * most a batch may hold; 0 used outside a batch; 0 capacity without a
  * durable mode. An event loop uses it to end a batch early between commands
- * and to refuse a command that could not fit (the durable Redis does). */
+ * (the durable Redis does). mango_heap_room() reports the durable heap's
+ * allocated bytes and capacity (0 and 0 without a durable mode). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,21 @@ int main(void)
     CHECK(mango_batch_end() == MANGO_OK);
     mango_batch_room(&used, NULL);
     CHECK(used == 0);
+    /* The durable heap's room: the initial state is in it; a 1 MiB
+     * allocation in a batch adds at least that; the capacity is the pool's. */
+    uint64_t alloc0 = 0, hcap = 0, alloc1 = 0, hcap1 = 0;
+    mango_heap_room(&alloc0, &hcap);
+    printf("heap: %llu of %llu bytes allocated\n", (unsigned long long)alloc0, (unsigned long long)hcap);
+    CHECK(alloc0 >= (64u << 10) && hcap > (8u << 20) && hcap < (32u << 20));
+    CHECK(mango_batch_begin() == MANGO_OK);
+    char *big = malloc(1u << 20);
+    CHECK(big != NULL);
+    CHECK(mango_batch_end() == MANGO_OK);
+    mango_heap_room(&alloc1, &hcap1);
+    CHECK(alloc1 >= alloc0 + (1u << 20) && hcap1 == hcap);
+    mango_stats hs;
+    mango_get_stats(&hs);
+    CHECK(hs.heap_capacity == hcap && hs.heap_allocated_bytes == alloc1);
     CHECK(mango_shutdown() == MANGO_OK);
     unlink(pool);
 
@@ -74,6 +90,8 @@ int main(void)
     small_test_config(&cfg, pool, MANGO_PERSIST_NONE);
     CHECK(mango_init(&cfg, &cb) >= 0);
     mango_batch_room(&used, &cap);
+    CHECK(used == 0 && cap == 0);
+    mango_heap_room(&used, &cap);
     CHECK(used == 0 && cap == 0);
     CHECK(mango_shutdown() == MANGO_OK);
     unlink(pool);
