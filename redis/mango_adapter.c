@@ -587,6 +587,18 @@ void mangoStatsEnd(void)
     mango_batch_resume();
 }
 
+int mangoTransientBegin(void)
+{
+    if (!mango_on || write_depth == 0 || !mango_capture_active) return 0;
+    mango_batch_pause();
+    return 1;
+}
+
+void mangoTransientEnd(int paused)
+{
+    if (paused) mango_batch_resume();
+}
+
 void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
 {
     *lo = heap_lo;

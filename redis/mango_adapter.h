@@ -75,6 +75,14 @@ int mangoReplyHeld(struct client *c);
  * it was lost at every restart, and its counters were logged. */
 void mangoStatsBegin(void);
 void mangoStatsEnd(void);
+/* networking.c: around the allocation of a client's reply blocks. A write
+ * command's big reply (SET ... GET of an 8 MB value, SPOP with a count)
+ * overflows the client's static buffer into reply blocks, which were made
+ * in the durable heap (a transient block realloc'd there, too), so logged,
+ * and freed again once sent. Begin pauses the batch if a write section has
+ * capture on and returns whether it did; End resumes it then. Nestable. */
+int mangoTransientBegin(void);
+void mangoTransientEnd(int paused);
 /* Is durability on? (replies then use the AE write barrier, like
  * appendfsync always, so a reply is never sent in the pass that made it) */
 int mangoEnabled(void);
