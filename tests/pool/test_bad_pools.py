@@ -545,3 +545,75 @@ def test_heap_root_of_another_version(workdir, version):
     heap = [r for r in inspect_json(p)["regions"] if r["kind"] == "heap"][0]
     write_at(p, heap["mirror_offset"] + 8, struct.pack("<Q", version))  # dheap_root.version
     assert_refused(p, "has format version %d, this build reads version 2 only" % version, "durable heap")
+
+
+# ---- batches larger than a log frame (the big-batch file, POOL.bigbatch) ----
+BIG_BATCH = os.environ.get("BIG_BATCH_BIN")
+
+
+def make_pending_big_batch(d, attempts=10):
+    """A pool whose last committed frame names POOL.bigbatch and is not yet
+    applied: tests/unit/test_big_batch.c's `die` runs batches 1-3 (3 writes 1
+    MiB: a big batch in the 256 KiB log) and SIGKILLs itself at once; the
+    backend waits a millisecond before applying, so this nearly always
+    lands. Returns the pool's path."""
+    p = os.path.join(d, "big")
+    for _ in range(attempts):
+        for f in (p, p + ".bigbatch"):
+            if os.path.exists(f):
+                os.unlink(f)
+        r = run(BIG_BATCH, "die", p, "3", "-")
+        assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
+        c = check(p)
+        assert c.returncode == 0, c.stderr
+        if re.search(r": ok \(.*1 committed frame pending replay", c.stdout):
+            return p
+    pytest.fail("the big batch was always applied before the kill")
+
+
+@pytest.mark.skipif(not (BIG_BATCH and os.access(BIG_BATCH, os.X_OK)),
+                    reason="set BIG_BATCH_BIN to the built test_big_batch")
+def test_big_batch_file_missing_or_damaged(workdir):
+    """`mango check` validates a pending big batch against its file: present,
+    it passes (and inspect counts the file's blocks); missing, truncated or
+    with one flipped byte, the pool is refused naming the file, by the
+    checker and by a real open, and left unchanged."""
+    p = make_pending_big_batch(workdir)
+    big = p + ".bigbatch"
+    info = inspect_json(p)
+    assert info["log"]["committed_frames"] == 1 and info["log"]["blocks"] > 32768, info["log"]
+    saved = os.path.join(workdir, "saved")
+    shutil.copyfile(big, saved)
+
+    def refused(*needles):
+        before = sha256(p)
+        c = check(p)
+        assert c.returncode == 1 and c.stderr.startswith("mango: "), (c.returncode, c.stdout, c.stderr)
+        k = run(BIG_BATCH, "verify", "emulated", p, "0", "-")
+        assert k.returncode == 10, (k.returncode, k.stdout, k.stderr)  # refused: MANGO_EBADPOOL
+        for n in ("big-batch file", ".bigbatch") + needles:
+            assert n in c.stderr and n in k.stdout, (n, c.stderr, k.stdout)
+        assert sha256(p) == before, "refusing the pool modified it"
+
+    os.unlink(big)
+    refused("is missing")
+    with open(saved, "rb") as f:
+        data = f.read()
+    with open(big, "wb") as f:
+        f.write(data[: len(data) // 2])
+    refused("is shorter than its entries")
+    flipped = bytearray(data)
+    flipped[64 + 48 * 5000 + 7] ^= 0x10
+    with open(big, "wb") as f:
+        f.write(flipped)
+    refused("fails its checksum")
+    flipped = bytearray(data)
+    flipped[20] ^= 0x01  # header: generation
+    with open(big, "wb") as f:
+        f.write(flipped)
+    refused("damaged header")
+    shutil.copyfile(saved, big)
+    assert check(p).returncode == 0
+    v = run(BIG_BATCH, "verify", "emulated", p, "3", "-")
+    assert v.returncode == 0, (v.stdout, v.stderr)
+    assert not os.path.exists(big), "recovery leaves the big-batch file behind"
