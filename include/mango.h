@@ -247,6 +247,8 @@ typedef struct mango_stats {
     uint64_t big_batches;        /* batches too large for a log frame, committed through the big-batch file */
     uint64_t big_batch_bytes;    /* bytes written to that file (headers and entries; in log_bytes too) */
     uint64_t heap_capacity;      /* bytes the durable heap may grow to (mango_heap_room) */
+    uint64_t recovery_frames_replayed; /* committed batches this process's start replayed from the log */
+    uint64_t recovery_blocks_replayed; /* their entries (a big batch's from its file) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

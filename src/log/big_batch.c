@@ -50,6 +50,13 @@ static int write_all(int fd, const void *buf, size_t len, uint64_t off)
     return 0;
 }
 
+/* Does path still name the file open as fd? */
+static bool names_file(const char *path, int fd)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
 int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
 {
     if (!w->buf) {
@@ -59,7 +66,18 @@ int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
             return mango_error(MANGO_ENOMEM, "cannot allocate the big-batch staging buffer");
         }
     }
+    if (w->fd >= 0 && !names_file(path, w->fd)) {
+        /* Removed or replaced behind our back (a temp-file cleaner): what we
+         * wrote through the old descriptor would not be found by recovery. */
+        close(w->fd);
+        w->fd = -1;
+    }
     if (w->fd < 0) {
+        if (w->stage_fd < 0) {
+            int e = persist_stage_file(pd, &w->stage_fd);
+            if (e != 0)
+                return mango_error(MANGO_EIO, "cannot make the big-batch staging file: %s", strerror(-e));
+        }
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
         if (fd < 0)
             return mango_error(MANGO_EIO, "cannot open the big-batch file %s: %s", path, strerror(errno));
@@ -76,9 +94,6 @@ int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
                                strerror(-s));
         }
         w->fd = fd;
-        int e = persist_stage_file(pd, &w->stage_fd);
-        if (e != 0)
-            return mango_error(MANGO_EIO, "cannot make the big-batch staging file: %s", strerror(-e));
     }
     w->used = 0;
     w->file_off = sizeof(big_batch_header);
@@ -161,6 +176,12 @@ int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, 
     if (s != 0)
         return mango_error(MANGO_EIO, "sync of the big-batch file %s failed (%s); the batch is not "
                            "durable and the runtime accepts no more writes", path, strerror(-s));
+    if (!names_file(path, w->fd)) {
+        pd->failed = true;
+        return mango_error(MANGO_EIO, "the big-batch file %s was removed or replaced while a batch was "
+                           "written to it; the batch is not durable and the runtime accepts no more "
+                           "writes", path);
+    }
     big_batch_ref r = {.n_entries = w->n, .file_bytes = file_bytes, .payload_crc = w->crc,
                        .header_crc = h.header_crc};
     ref->addr = LOG_BIG_TAG;
@@ -196,16 +217,15 @@ static int refuse(const big_batch_scan *s, const log_frame *f, const char *why)
 int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
 {
     big_batch_scan *s = arg;
-    bool named = false;
-    for (uint32_t i = 0; i < f->n_entries; i++)
-        named |= log_entry_is_big_ref(&e[i]);
-    if (!named)
+    /* A reference is a frame's only entry. (One among other entries is an
+     * address outside every region, which the visitors refuse.) */
+    if (f->n_entries != 1 || !log_entry_is_big_ref(e))
         return s->visit ? s->visit(s->arg, f, e) : MANGO_OK;
-    if (f->n_entries != 1)
-        return mango_error(MANGO_EBADPOOL, "log frame seq %llu mixes a big-batch reference with "
-                           "other entries", (unsigned long long)f->seq);
     big_batch_ref r;
     memcpy(&r, e->data, sizeof r);
+    if (e->mask || e->reserved || r.reserved)
+        return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed big-batch reference",
+                           (unsigned long long)f->seq);
     char why[160];
     int fd = open(s->path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {

@@ -76,7 +76,7 @@ int redo_log_wait_reusable(redo_log *l, uint64_t lsn)
     while (atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) < lsn) {
         if (l->pool->pd.failed) {
             pthread_mutex_unlock(&l->mu);
-            return mango_error(MANGO_EIO, "log full and the backend has failed");
+            return mango_error(MANGO_EIO, "waiting for the backend to free log space, but it has failed");
         }
         l->space_waiters++;
         if (l->kick) {

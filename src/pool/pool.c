@@ -247,9 +247,6 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
 {
     memset(p, 0, sizeof *p);
     p->fd = -1;
-    if ((size_t)snprintf(p->big_batch_path, sizeof p->big_batch_path, "%s.bigbatch", path) >=
-        sizeof p->big_batch_path)
-        return mango_error(MANGO_EINVAL, "pool path too long: %s", path);
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",
@@ -265,6 +262,17 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
     if (fstat(fd, &st) != 0) {
         close(fd);
         return mango_error(MANGO_EIO, "cannot stat %s: %s", path, strerror(errno));
+    }
+    /* The big-batch file's name is absolute: a relative pool path would name
+     * another file once the process changes directory (Redis's CONFIG SET
+     * dir), and recovery would not find an acknowledged big batch. */
+    char *abs = realpath(path, NULL);
+    int n = abs ? snprintf(p->big_batch_path, sizeof p->big_batch_path, "%s.bigbatch", abs) : -1;
+    free(abs);
+    if (n < 0 || (size_t)n >= sizeof p->big_batch_path) {
+        close(fd);
+        return mango_error(MANGO_EINVAL, "%s: cannot resolve the pool's absolute path (%s)", path,
+                           n < 0 ? strerror(errno) : "too long");
     }
     size_t size = (size_t)st.st_size;
     if (size < POOL_REGIONS_OFFSET + PAGE) {

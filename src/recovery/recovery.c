@@ -93,8 +93,10 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
         root_preview rp = {.heap = heap};
         memcpy(&rp.root, p->base + heap->mirror_offset, sizeof rp.root);
         big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &rp};
-        redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                      p->head.generation, valid_end, big_batch_visit, &bigp, &res);
+        rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
+                           p->head.generation, valid_end, big_batch_visit, &bigp, &res);
+        if (rc != MANGO_OK) /* (it can open and map the big-batch file) */
+            return rc;
         if (rp.root.magic == DHEAP_MAGIC && rp.root.version != DHEAP_VERSION)
             return mango_error(MANGO_EBADPOOL,
                                "the durable heap in the pool has format version %llu, this build reads "

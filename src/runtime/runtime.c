@@ -197,6 +197,12 @@ static int drain_pipeline(void)
 static int commit_big_batch(uint64_t n)
 {
     pool *p = &rt.pool;
+    if (n > UINT32_MAX) {
+        dedup_clear(rt.set);
+        n_zero = 0;
+        return fail(mango_error(MANGO_EINVAL, "a batch wrote %llu blocks; one batch may hold at most %u",
+                                (unsigned long long)n, UINT32_MAX));
+    }
     int rc = drain_pipeline();
 #ifndef MANGO_MUTATE_BIG_BATCH_NO_WAIT /* test-only: overwrite a file still needed */
     if (rc == MANGO_OK && rt.big.pending)
@@ -863,6 +869,8 @@ void mango_get_stats(mango_stats *out)
     out->big_batches = rt.big.batches;
     out->big_batch_bytes = rt.big.bytes;
     out->heap_capacity = rt.up && rt.durable ? rt.heap_size : 0;
+    out->recovery_frames_replayed = rt.recovery.frames_replayed;
+    out->recovery_blocks_replayed = rt.recovery.blocks_replayed;
     if (rt.up) {
         out->log_capacity = rt.log.cap;
         uint64_t committed = atomic_load(&rt.log.committed_lsn), applied = atomic_load(&rt.backend.applied_lsn);

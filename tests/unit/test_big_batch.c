@@ -10,6 +10,8 @@
  *     its file missing, damaged, or replaced by an earlier big batch's,
  *     recovery refuses with MANGO_EBADPOOL and leaves the pool byte for byte
  *     unchanged; with the file put back it recovers the batch;
+ *   - a relative pool path: the file stays beside the pool when the process
+ *     changes directory, and recovery finds it;
  *   - a big batch whose file cannot be written (the path is a directory) is
  *     not acknowledged, stops further writes with the reason, and after a
  *     restart the state is the last acknowledged batch's;
@@ -181,7 +183,10 @@ static void emulated_checks(const char *pool, const char *big_path)
     mango_stats s0, s1;
     mango_get_stats(&s0);
     for (uint64_t k = 1; k <= 13; k++) {
-        CHECK(mango_batch_begin() == MANGO_OK);
+        int b = mango_batch_begin();
+        CHECK(b == MANGO_OK);
+        if (b != MANGO_OK)
+            break; /* (a failed runtime: nothing to write into) */
         batch_body(k);
         CHECK(mango_batch_end() == MANGO_OK);
         if (k == 3)
@@ -224,7 +229,10 @@ static void fs_pipelined_checks(const char *pool, const char *big_path)
     uint64_t t, prev = 0;
     CHECK(mango_durable_ticket(&prev) == 0);
     for (uint64_t k = 1; k <= 8; k++) {
-        CHECK(mango_batch_begin() == MANGO_OK);
+        int b = mango_batch_begin();
+        CHECK(b == MANGO_OK);
+        if (b != MANGO_OK)
+            break;
         batch_body(k);
         CHECK(mango_batch_submit(&t) == MANGO_OK);
         CHECK(t == prev + 1);
@@ -250,10 +258,12 @@ static void fs_pipelined_checks(const char *pool, const char *big_path)
 
 /* Child: batches 1..n, then die at once (the backend waits a millisecond
  * before applying, so the last big frame is most likely still unapplied). */
-static int die_after(const char *pool, uint64_t n)
+static int die_after(const char *pool, uint64_t n, const char *cd)
 {
     if (start(pool, MANGO_PERSIST_EMULATED) < 0)
         return 2;
+    if (cd && chdir(cd) != 0) /* (a relative pool path now names another file) */
+        return 6;
     for (uint64_t k = st->counter + 1; k <= n; k++) {
         if (mango_batch_begin() != MANGO_OK)
             return 3;
@@ -265,8 +275,8 @@ static int die_after(const char *pool, uint64_t n)
     return 5;
 }
 
-/* Verify child: 0 recovered and right, 10 refused with a big-batch reason,
- * else a failure. */
+/* Verify child: 0 recovered and right (20: and a big batch was replayed from
+ * its file), 10 refused with a big-batch reason, else a failure. */
 static int verify(const char *mode, const char *pool, uint64_t min, uint64_t max)
 {
     int rc = start(pool, parse_mode(mode));
@@ -286,8 +296,11 @@ static int verify(const char *mode, const char *pool, uint64_t min, uint64_t max
     if (why || getenv("MANGO_TEST_VERBOSE"))
         fprintf(stderr, "verify: counter %llu, acknowledged %llu: %s\n", (unsigned long long)st->counter,
                 (unsigned long long)min, why ? why : "ok");
+    mango_stats s;
+    mango_get_stats(&s);
+    bool replayed_big = s.recovery_blocks_replayed >= AREA / 32;
     mango_shutdown();
-    return why ? 1 : 0;
+    return why ? 1 : replayed_big ? 20 : 0;
 }
 
 static void copy_file(const char *from, const char *to)
@@ -311,14 +324,15 @@ static void bad_file_checks(const char *pool, const char *big_path)
         if (!file_exists(big_path))
             continue; /* (cannot happen: only recovery and shutdown remove it) */
         copy_file(big_path, stale);
-        CHECK(run_self("verify", "emulated", pool, "3") == 0);
+        int r3 = run_self("verify", "emulated", pool, "3");
+        CHECK(r3 == 0 || r3 == 20);
         snprintf(n, sizeof n, "%d", 6);
         CHECK(run_self("die", pool, n, "-") == 128 + SIGKILL); /* 4-6: big batch 6 */
         uint64_t before = file_hash(pool);
         /* missing */
         CHECK(rename(big_path, aside) == 0);
         int v = run_self("verify", "emulated", pool, "6");
-        if (v == 0)
+        if (v == 0 || v == 20)
             continue; /* the backend had applied batch 6: nothing to refuse, and right */
         CHECK(v == 10);
         CHECK(file_hash(pool) == before);
@@ -342,7 +356,7 @@ static void bad_file_checks(const char *pool, const char *big_path)
         refused_damaged += v == 10;
         /* put back: recovers batch 6 */
         CHECK(rename(aside, big_path) == 0);
-        CHECK(run_self("verify", "emulated", pool, "6") == 0);
+        CHECK(run_self("verify", "emulated", pool, "6") == 20); /* batch 6 replayed from the file */
         CHECK(!file_exists(big_path)); /* recovery removed it */
     }
     printf("unapplied big batch: %d attempts; refused missing %d, stale %d, damaged %d\n", attempts,
@@ -352,6 +366,34 @@ static void bad_file_checks(const char *pool, const char *big_path)
     unlink(big_path);
     unlink(aside);
     unlink(stale);
+}
+
+/* ---- part 3b: a relative pool path, then a change of directory ---- */
+static void relative_path_checks(void)
+{
+    char dir[] = "/dev/shm/mango-big-rel-XXXXXX", other[] = "/dev/shm/mango-big-other-XXXXXX";
+    char here[4096];
+    CHECK(getcwd(here, sizeof here) != NULL);
+    CHECK(mkdtemp(dir) != NULL && mkdtemp(other) != NULL);
+    CHECK(chdir(dir) == 0);
+    int replayed = 0, attempts = 0;
+    for (; attempts < 5 && !replayed; attempts++) {
+        unlink("rel.pool");
+        CHECK(run_self("die", "rel.pool", "3", other) == 128 + SIGKILL);
+        CHECK(access("rel.pool.bigbatch", F_OK) == 0); /* beside the pool, not in `other` */
+        char stray[200];
+        snprintf(stray, sizeof stray, "%s/rel.pool.bigbatch", other);
+        CHECK(access(stray, F_OK) != 0);
+        int v = run_self("verify", "emulated", "rel.pool", "3");
+        CHECK(v == 0 || v == 20);
+        replayed += v == 20;
+    }
+    printf("relative pool path, then chdir: big batch replayed after %d attempts\n", attempts);
+    CHECK(replayed == 1);
+    unlink("rel.pool");
+    unlink("rel.pool.bigbatch");
+    CHECK(chdir(here) == 0);
+    CHECK(rmdir(dir) == 0 && rmdir(other) == 0);
 }
 
 /* ---- part 4: the big-batch file cannot be written ---- */
@@ -419,9 +461,12 @@ static void kill_loop(const char *pool, const char *big_path, int rounds)
     unlink(pool);
     unlink(big_path);
     uint64_t acked = 0;
-    int lost = 0, recovery_kills = 0;
+    int lost = 0, recovery_kills = 0, big_replays = 0;
     srand((unsigned)getpid());
-    for (int r = 0; r < rounds; r++) {
+    /* Until some recovery replayed a big batch from its file (a third of
+     * the rounds do), at most three times the rounds asked for. */
+    int r = 0;
+    for (; r < rounds || (big_replays == 0 && r < 3 * rounds); r++) {
         int pfd[2];
         CHECK(pipe(pfd) == 0);
         pid_t pid = fork();
@@ -458,12 +503,15 @@ static void kill_loop(const char *pool, const char *big_path, int rounds)
         }
         char mintxt[32];
         snprintf(mintxt, sizeof mintxt, "%llu", (unsigned long long)acked);
-        if (run_self("verify", "sim", pool, mintxt) != 0)
-            lost++;
+        int rv = run_self("verify", "sim", pool, mintxt);
+        lost += rv != 0 && rv != 20;
+        big_replays += rv == 20;
     }
-    printf("kill loop (sim): rounds=%d acked=%llu (%llu big batches) recovery kills=%d lost=%d\n", rounds,
-           (unsigned long long)acked, (unsigned long long)(acked / 3), recovery_kills, lost);
+    printf("kill loop (sim): rounds=%d acked=%llu (%llu big batches) recovery kills=%d "
+           "recoveries that replayed a big batch=%d lost=%d\n", r, (unsigned long long)acked,
+           (unsigned long long)(acked / 3), recovery_kills, big_replays, lost);
     CHECK(lost == 0);
+    CHECK(big_replays >= 1); /* the kills do land between a big batch's commit and its apply */
     CHECK(acked >= 6); /* at least two big batches acknowledged */
     unlink(pool);
     unlink(big_path);
@@ -471,6 +519,7 @@ static void kill_loop(const char *pool, const char *big_path, int rounds)
 
 int main(int argc, char **argv)
 {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* lines reach CTest's regexes even if a mutant aborts later */
     if (argc >= 5 && strcmp(argv[1], "child") == 0)
         return child(argv[2], argv[3], atoi(argv[4]));
     if (argc >= 5 && strcmp(argv[1], "verify") == 0)
@@ -479,13 +528,15 @@ int main(int argc, char **argv)
     if (argc >= 3 && strcmp(argv[1], "unwritable") == 0)
         return unwritable(argv[2]);
     if (argc >= 4 && strcmp(argv[1], "die") == 0)
-        return die_after(argv[2], strtoull(argv[3], NULL, 10));
+        return die_after(argv[2], strtoull(argv[3], NULL, 10),
+                         argc >= 5 && strcmp(argv[4], "-") ? argv[4] : NULL);
     char pool[96], big[120];
     snprintf(pool, sizeof pool, "/dev/shm/mango-big-%d.pool", (int)getpid());
     snprintf(big, sizeof big, "%s.bigbatch", pool);
     emulated_checks(pool, big);
     bad_file_checks(pool, big);
     unwritable_checks(pool, big);
+    relative_path_checks();
     kill_loop(pool, big, argc >= 3 && strcmp(argv[1], "kill") == 0 ? atoi(argv[2]) : 12);
     snprintf(pool, sizeof pool, "/var/tmp/mango-big-%d.pool", (int)getpid());
     snprintf(big, sizeof big, "%s.bigbatch", pool);
