@@ -95,7 +95,8 @@ static const char *inspect_usage =
     "\n"
     "OPTIONS\n"
     "    --json      machine-readable output: one JSON object; the log summary\n"
-    "                lists every pending frame with its LSN and file offset\n"
+    "                lists every pending frame with its LSN and file offset, and\n"
+    "                whether its blocks are in the big-batch file POOL.bigbatch\n"
     "    -h, --help  print this text and exit\n"
     "\n"
     "EXIT STATUS\n"
@@ -203,6 +204,7 @@ static void json_str(FILE *o, const char *s, size_t max)
 
 typedef struct frame_info {
     uint64_t lsn, seq, entries, bytes;
+    bool big; /* its entries are in the big-batch file */
 } frame_info;
 
 typedef struct scan_ctx {
@@ -279,7 +281,10 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
             c->frames = nf;
             c->capframes = n;
         }
-        c->frames[c->nframes++] = (frame_info){f->lsn, f->seq, f->n_entries, f->frame_bytes};
+        /* big_batch_visit passes a big batch's frame with the file's entry
+         * count, more than the frame itself could hold */
+        bool big = sizeof(log_frame) + (uint64_t)f->n_entries * sizeof(log_entry) > f->frame_bytes;
+        c->frames[c->nframes++] = (frame_info){f->lsn, f->seq, f->n_entries, f->frame_bytes, big};
     }
     return 0;
 }
@@ -370,9 +375,10 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     size_t show = c->nframes < 8 ? c->nframes : 8;
     for (size_t i = 0; i < show; i++)
         printf("  frame seq %" PRIu64 " lsn %" PRIu64 " file offset %#" PRIx64 ": %" PRIu64
-               " blocks, %" PRIu64 " bytes\n",
+               " blocks, %" PRIu64 " bytes%s\n",
                c->frames[i].seq, c->frames[i].lsn, h->log_offset + c->frames[i].lsn % h->log_size,
-               c->frames[i].entries, c->frames[i].bytes);
+               c->frames[i].entries, c->frames[i].bytes,
+               c->frames[i].big ? " (the blocks are in the big-batch file)" : "");
     if (c->nframes > show)
         printf("  ... %zu more frames (--json lists all)\n", c->nframes - show);
 }
@@ -442,8 +448,9 @@ static void print_json(const char *path, const pool *p, const log_scan_result *r
     for (size_t i = 0; i < c->nframes; i++) {
         const frame_info *f = &c->frames[i];
         fprintf(o, "%s\n      {\"lsn\": %" PRIu64 ", \"offset\": %" PRIu64 ", \"seq\": %" PRIu64
-                   ", \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 "}",
-                i ? "," : "", f->lsn, h->log_offset + f->lsn % h->log_size, f->seq, f->entries, f->bytes);
+                   ", \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"big_batch_file\": %s}",
+                i ? "," : "", f->lsn, h->log_offset + f->lsn % h->log_size, f->seq, f->entries, f->bytes,
+                f->big ? "true" : "false");
     }
     fprintf(o, "%s]\n  }\n}\n", c->nframes ? "\n    " : "");
 }
