@@ -31,6 +31,10 @@ static _Atomic uint64_t sync_count;
  * MANGO_FAULT_SYNC=N[:EIO|ENOSPC]  the N-th sync of the process fails with
  *                                  that error (EIO by default) and writes
  *                                  nothing: the worst case of a failed msync.
+ * MANGO_FAULT_SYNC_SITE=WHERE      with MANGO_FAULT_SYNC: count only the
+ *                                  syncs made at that site (their `where`,
+ *                                  e.g. big_batch.sync), so a test can fail
+ *                                  one particular ordering point.
  * MANGO_FAULT_SHORT_WRITES=1       sim mode: every pwrite stores at most half
  *                                  of what it was asked (exercises the loop).
  * MANGO_SIM_SYNC_DELAY_US=N        sim mode: every sync first sleeps N µs, as a
@@ -39,6 +43,8 @@ static _Atomic uint64_t sync_count;
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static long long fault_sync_at = -1; /* -1: off */
 static int fault_sync_errno = EIO;
+static char fault_site[64];
+static _Atomic uint64_t fault_site_count;
 static int fault_short_writes;
 static long sim_sync_delay_us;
 
@@ -54,11 +60,25 @@ static void read_fault_env(void)
                 fault_sync_errno = ENOSPC;
         }
     }
+    const char *site = getenv("MANGO_FAULT_SYNC_SITE");
+    if (site && *site)
+        snprintf(fault_site, sizeof fault_site, "%s", site);
     const char *sw = getenv("MANGO_FAULT_SHORT_WRITES");
     fault_short_writes = sw && *sw && strcmp(sw, "0") != 0;
     const char *dl = getenv("MANGO_SIM_SYNC_DELAY_US");
     if (dl && *dl)
         sim_sync_delay_us = strtol(dl, NULL, 10);
+}
+
+/* Is this sync (the process's nth, made at where) the one that must fail? */
+static bool fault_now(uint64_t nth, const char *where)
+{
+    if (fault_sync_at <= 0)
+        return false;
+    if (!fault_site[0])
+        return nth == (uint64_t)fault_sync_at;
+    return where && strcmp(where, fault_site) == 0 &&
+           atomic_fetch_add_explicit(&fault_site_count, 1, memory_order_relaxed) + 1 == (uint64_t)fault_sync_at;
 }
 
 #define LINE 64u
@@ -443,7 +463,7 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     persist_observer_fn obs = current_observer(); /* one observer for the whole sync */
     uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
     pthread_once(&fault_once, read_fault_env);
-    if (fault_sync_at > 0 && nth == (uint64_t)fault_sync_at) {
+    if (fault_now(nth, where)) {
         r->n = 0;
         d->failed = true;
         if (obs)
@@ -531,7 +551,7 @@ int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, con
     uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
     pthread_once(&fault_once, read_fault_env);
     int rc = 0;
-    if (fault_sync_at > 0 && nth == (uint64_t)fault_sync_at) {
+    if (fault_now(nth, where)) {
         rc = -fault_sync_errno;
     } else {
         if (obs)

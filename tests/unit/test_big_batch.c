@@ -399,10 +399,11 @@ static void relative_path_checks(void)
 /* ---- part 4: the big-batch file cannot be written ---- */
 
 /* Child: batches 1-2, then big batch 3 with a directory where the file
- * should be. 0 if it failed as it must. */
-static int unwritable(const char *pool)
+ * should be, or (MANGO_FAULT_SYNC_SITE=big_batch.sync) with the file's sync
+ * failing. 0 if it failed as it must, naming the file. */
+static int unwritable(const char *pool, const char *mode)
 {
-    if (start(pool, MANGO_PERSIST_EMULATED) != MANGO_FRESH)
+    if (start(pool, parse_mode(mode)) != MANGO_FRESH)
         return 2;
     for (uint64_t k = 1; k <= 2; k++) {
         if (mango_batch_begin() != MANGO_OK)
@@ -415,7 +416,7 @@ static int unwritable(const char *pool)
         return 5;
     batch_body(3);
     int rc = mango_batch_end();
-    printf("big batch with no file: %d: %s\n", rc, mango_last_error());
+    printf("big batch whose file fails: %d: %s\n", rc, mango_last_error());
     if (rc != MANGO_EIO || !strstr(mango_last_error(), ".bigbatch"))
         return 6;
     rc = mango_batch_begin(); /* every later write is refused, saying why */
@@ -431,10 +432,26 @@ static void unwritable_checks(const char *pool, const char *big_path)
     unlink(pool);
     unlink(big_path);
     CHECK(mkdir(big_path, 0700) == 0);
-    CHECK(run_self("unwritable", pool, "-", "-") == 0);
+    CHECK(run_self("unwritable", pool, "emulated", "-") == 0);
     CHECK(rmdir(big_path) == 0);
     CHECK(run_self5("verify", "emulated", pool, "2", "2") == 0); /* batches 1-2, not 3 */
     unlink(pool);
+    /* The file's sync fails (EIO; ENOSPC in sim mode, where the staged file
+     * is then never copied): the same. */
+    static const char *const modes[] = {"emulated", "sim"}, *const errs[] = {"1", "1:ENOSPC"};
+    for (int i = 0; i < 2; i++) {
+        unlink(pool);
+        unlink(big_path);
+        setenv("MANGO_FAULT_SYNC", errs[i], 1);
+        setenv("MANGO_FAULT_SYNC_SITE", "big_batch.sync", 1);
+        int u = run_self("unwritable", pool, modes[i], "-");
+        unsetenv("MANGO_FAULT_SYNC");
+        unsetenv("MANGO_FAULT_SYNC_SITE");
+        CHECK(u == 0);
+        CHECK(run_self5("verify", modes[i], pool, "2", "2") == 0);
+    }
+    unlink(pool);
+    unlink(big_path);
 }
 
 /* ---- part 5: kill loop ---- */
@@ -525,8 +542,8 @@ int main(int argc, char **argv)
     if (argc >= 5 && strcmp(argv[1], "verify") == 0)
         return verify(argv[2], argv[3], strtoull(argv[4], NULL, 10),
                       argc >= 6 && strcmp(argv[5], "-") ? strtoull(argv[5], NULL, 10) : UINT64_MAX);
-    if (argc >= 3 && strcmp(argv[1], "unwritable") == 0)
-        return unwritable(argv[2]);
+    if (argc >= 4 && strcmp(argv[1], "unwritable") == 0)
+        return unwritable(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "die") == 0)
         return die_after(argv[2], strtoull(argv[3], NULL, 10),
                          argc >= 5 && strcmp(argv[4], "-") ? argv[4] : NULL);
