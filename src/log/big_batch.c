@@ -34,22 +34,6 @@ void big_batch_writer_init(big_batch_writer *w)
 /* Where the file's bytes are written before its sync. */
 static int out_fd(const big_batch_writer *w) { return w->stage_fd >= 0 ? w->stage_fd : w->fd; }
 
-static int write_all(int fd, const void *buf, size_t len, uint64_t off)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t n = pwrite(fd, p, len, (off_t)off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? -errno : -EIO;
-        p += n;
-        off += (uint64_t)n;
-        len -= (size_t)n;
-    }
-    return 0;
-}
-
 /* Does path still name the file open as fd? */
 static bool names_file(const char *path, int fd)
 {
@@ -109,7 +93,7 @@ static void flush_staging(big_batch_writer *w)
         return;
     w->crc = crc32c(w->crc, w->buf, w->used);
     if (!w->err)
-        w->err = write_all(out_fd(w), w->buf, w->used, w->file_off);
+        w->err = persist_write_file(out_fd(w), w->buf, w->used, w->file_off);
     w->file_off += w->used;
     w->used = 0;
 }
@@ -164,7 +148,7 @@ int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, 
     uint64_t file_bytes = sizeof h + w->n * sizeof(log_entry);
     int e = w->err;
     if (!e)
-        e = write_all(out_fd(w), &h, sizeof h, 0);
+        e = persist_write_file(out_fd(w), &h, sizeof h, 0);
     if (!e && ftruncate(out_fd(w), (off_t)file_bytes) != 0) /* a longer earlier batch's tail */
         e = -errno;
     if (e) {

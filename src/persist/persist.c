@@ -35,8 +35,9 @@ static _Atomic uint64_t sync_count;
  *                                  syncs made at that site (their `where`,
  *                                  e.g. big_batch.sync), so a test can fail
  *                                  one particular ordering point.
- * MANGO_FAULT_SHORT_WRITES=1       sim mode: every pwrite stores at most half
- *                                  of what it was asked (exercises the loop).
+ * MANGO_FAULT_SHORT_WRITES=1       every pwrite here (sim mode's syncs, the
+ *                                  big-batch file) stores at most half of
+ *                                  what it was asked (exercises the loop).
  * MANGO_SIM_SYNC_DELAY_US=N        sim mode: every sync first sleeps N µs, as a
  *                                  device flush would (a kill then lands inside
  *                                  the window between a commit and its sync). */
@@ -68,6 +69,31 @@ static void read_fault_env(void)
     const char *dl = getenv("MANGO_SIM_SYNC_DELAY_US");
     if (dl && *dl)
         sim_sync_delay_us = strtol(dl, NULL, 10);
+}
+
+/* pwrite all of [buf, buf + len) at off, across short writes (made short on
+ * purpose under MANGO_FAULT_SHORT_WRITES). 0 or -errno. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+    const char *p = buf;
+    while (len > 0) {
+        size_t ask = fault_short_writes && len > 1 ? len / 2 : len;
+        ssize_t w = pwrite(fd, p, ask, (off_t)off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return w < 0 ? -errno : -EIO;
+        p += w;
+        off += (uint64_t)w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+int persist_write_file(int fd, const void *buf, size_t len, uint64_t off)
+{
+    pthread_once(&fault_once, read_fault_env);
+    return pwrite_all(fd, buf, len, off);
 }
 
 /* Is this sync (the process's nth, made at where) the one that must fail? */
@@ -480,24 +506,9 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
             struct timespec ts = {sim_sync_delay_us / 1000000, (sim_sync_delay_us % 1000000) * 1000};
             nanosleep(&ts, NULL);
         }
-        for (unsigned i = 0; i < r->n && rc == 0; i++) {
-            size_t len = r->hi[i] - r->lo[i];
-            off_t off = (off_t)(r->lo[i] - (uintptr_t)d->base);
-            const char *src = (const char *)r->lo[i];
-            while (len > 0) {
-                size_t ask = fault_short_writes && len > 1 ? len / 2 : len;
-                ssize_t w = pwrite(d->fd, src, ask, off);
-                if (w < 0) {
-                    if (errno == EINTR)
-                        continue;
-                    rc = -errno;
-                    break;
-                }
-                src += w;
-                off += w;
-                len -= (size_t)w;
-            }
-        }
+        for (unsigned i = 0; i < r->n && rc == 0; i++)
+            rc = pwrite_all(d->fd, (const void *)r->lo[i], r->hi[i] - r->lo[i],
+                            r->lo[i] - (uintptr_t)d->base);
     } else if (d->mode == PERSIST_PMEM) {
         __builtin_ia32_sfence();
     } else {
@@ -531,15 +542,9 @@ static int copy_stage(int from, int to, uint64_t len)
             continue;
         if (r <= 0)
             return r < 0 ? -errno : -EIO;
-        for (ssize_t done = 0; done < r;) {
-            size_t ask = fault_short_writes && r - done > 1 ? (size_t)(r - done) / 2 : (size_t)(r - done);
-            ssize_t w = pwrite(to, buf + done, ask, (off_t)(off + (uint64_t)done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return w < 0 ? -errno : -EIO;
-            done += w;
-        }
+        int e = pwrite_all(to, buf, (size_t)r, off);
+        if (e != 0)
+            return e;
         off += (uint64_t)r;
     }
     return ftruncate(to, (off_t)len) == 0 ? 0 : -errno;

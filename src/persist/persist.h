@@ -129,6 +129,9 @@ void persist_domain_release(persist_domain *d);
  * writes to a staging descriptor (persist_stage_file; -1 in other modes), and
  * this sync copies its first len bytes to fd, truncated to len, first. */
 int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, const char *where);
+/* Write [buf, buf + len) at off of a file persist_sync_file will sync,
+ * across short writes. 0 or -errno. */
+int persist_write_file(int fd, const void *buf, size_t len, uint64_t off);
 /* *fd: in sim mode a volatile staging file for persist_sync_file (a memfd),
  * in any other mode -1 (write to the file itself). 0 or -errno. */
 int persist_stage_file(const persist_domain *d, int *fd);
