@@ -956,6 +956,15 @@ void mangoCreateDatabases(void)
     int j;
     if (mango_on) serverLog(test_reads_ignore_keys ? LL_WARNING : LL_NOTICE, "%s", init_msg);
     if (mango_on) check_settings_loaded();
+    if (mango_on) {
+        uint64_t allocated, capacity;
+        mango_heap_room(&allocated, &capacity);
+        if (!server.maxmemory || server.maxmemory > capacity)
+            serverLog(LL_NOTICE, "Mangosteen: the pool's durable heap holds %llu bytes (%llu in use); writes "
+                      "are refused with OOM when it is nearly full. Set maxmemory below it (e.g. %llu) to have "
+                      "Redis evict or refuse first", (unsigned long long)capacity, (unsigned long long)allocated,
+                      (unsigned long long)(capacity / 10 * 9));
+    }
     if (mango_on && server.io_threads_num > 1) {
         /* Threaded writes bypass the per-client durability check. */
         serverLog(LL_WARNING, "Mangosteen: io-threads > 1 is not supported; set io-threads 1");

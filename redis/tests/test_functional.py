@@ -1270,6 +1270,8 @@ def test_full_pool_refuses_writes_with_oom(server_factory):
     r = s.client()
     info = r.info("mangosteen")
     assert 32 << 20 < info["mango_heap_capacity_bytes"] < 64 << 20
+    # without maxmemory, the start-up log says where the limit is
+    assert f"durable heap holds {info['mango_heap_capacity_bytes']} bytes" in s.logtext()
     stored = []
     with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap is full"):
         for i in range(20):
