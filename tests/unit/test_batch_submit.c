@@ -29,6 +29,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "kill_child.h"
 #include "test_config.h"
 
 static uint64_t *pair; /* durable: two counters every batch increments together */
@@ -206,29 +207,9 @@ static void kill_loop(const char *pool, int rounds, const char *mode)
     int lost = 0, verified = 0;
     srand((unsigned)getpid());
     for (int r = 0; r < rounds; r++) {
-        int pfd[2];
-        CHECK(pipe(pfd) == 0);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(pfd[0]);
-            char fdtxt[16];
-            snprintf(fdtxt, sizeof fdtxt, "%d", pfd[1]);
-            execl("/proc/self/exe", "test_batch_submit", "child", mode, pool, fdtxt, (char *)NULL);
-            _exit(127);
-        }
-        close(pfd[1]);
-        struct timespec ts = {0, (20 + rand() % 200) * 1000000L};
-        nanosleep(&ts, NULL);
-        kill(pid, SIGKILL);
-        uint64_t v;
-        while (read(pfd[0], &v, sizeof v) == sizeof v)
-            if (v > acked)
-                acked = v;
-        close(pfd[0]);
+        CHECK(kill_child_round("test_batch_submit", mode, pool, 20, 200, &acked));
         int status;
-        waitpid(pid, &status, 0);
-        CHECK(WIFSIGNALED(status)); /* the child never exits on its own */
-        pid = fork();
+        pid_t pid = fork();
         if (pid == 0) {
             char mintxt[32];
             snprintf(mintxt, sizeof mintxt, "%llu", (unsigned long long)acked);

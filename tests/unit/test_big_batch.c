@@ -39,6 +39,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "kill_child.h"
 #include "test_config.h"
 
 #define AREA (1u << 20)      /* 32 768 blocks: more than a frame of a 256 KiB log holds */
@@ -484,30 +485,10 @@ static void kill_loop(const char *pool, const char *big_path, int rounds)
      * the rounds do), at most three times the rounds asked for. */
     int r = 0;
     for (; r < rounds || (big_replays == 0 && r < 3 * rounds); r++) {
-        int pfd[2];
-        CHECK(pipe(pfd) == 0);
-        pid_t pid = fork();
-        if (pid == 0) {
-            close(pfd[0]);
-            char fdtxt[16];
-            snprintf(fdtxt, sizeof fdtxt, "%d", pfd[1]);
-            execl("/proc/self/exe", "test_big_batch", "child", "sim", pool, fdtxt, (char *)NULL);
-            _exit(127);
-        }
-        close(pfd[1]);
-        struct timespec ts = {0, (30 + rand() % 250) * 1000000L};
-        nanosleep(&ts, NULL);
-        kill(pid, SIGKILL);
-        uint64_t v;
-        while (read(pfd[0], &v, sizeof v) == sizeof v)
-            if (v > acked)
-                acked = v;
-        close(pfd[0]);
-        int status;
-        waitpid(pid, &status, 0);
-        CHECK(WIFSIGNALED(status));
+        CHECK(kill_child_round("test_big_batch", "sim", pool, 30, 250, &acked));
         if (r % 3 == 2) { /* a crash during recovery */
-            pid = fork();
+            int status;
+            pid_t pid = fork();
             if (pid == 0) {
                 execl("/proc/self/exe", "test_big_batch", "verify", "sim", pool, "0", (char *)NULL);
                 _exit(127);
