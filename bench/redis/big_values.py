@@ -53,13 +53,8 @@ def timed_set(port, key, value, timeout=600):
         s.sendall(head)
         s.sendall(value)
         s.sendall(b"\r\n")
-        buf = b""
-        while b"\r\n" not in buf:
-            d = s.recv(4096)
-            if not d:
-                break
-            buf += d
-        return time.monotonic() - t0, buf.split(b"\r\n")[0].decode(errors="replace")
+        line = rb.reply_line(s)
+        return time.monotonic() - t0, line
 
 
 def info_field(port, field):

@@ -171,13 +171,18 @@ def redis_cmd(port, *args, timeout=600):
         req += b"$%d\r\n%s\r\n" % (len(a), a)
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(req)
-        buf = b""
-        while b"\r\n" not in buf:
-            d = s.recv(4096)
-            if not d:
-                break
-            buf += d
-        return buf.split(b"\r\n")[0].decode(errors="replace")
+        return reply_line(s)
+
+
+def reply_line(s):
+    """The first line of the reply waiting on socket s (simple/int/error/bulk header)."""
+    buf = b""
+    while b"\r\n" not in buf:
+        d = s.recv(4096)
+        if not d:
+            break
+        buf += d
+    return buf.split(b"\r\n")[0].decode(errors="replace")
 
 
 class Server:
