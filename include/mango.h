@@ -186,8 +186,10 @@ int mango_batch_pause(void);
 int mango_batch_resume(void);
 /* Log room, in bytes of captured data (32-byte blocks): *used by the batch
  * open on this thread (0 if none; distinct blocks, so a block written twice
- * counts once) and *capacity, the most one batch may hold in the log ring
- * (half the log, less its framing, divided by the per-block overhead). A
+ * counts once; a store of 4 KiB or more into the durable heap is a data range
+ * and counts 32 per log entry it takes, about 2/3 of its length) and
+ * *capacity, the most one batch may hold in the log ring (half the log, less
+ * its framing, divided by the per-block overhead). A
  * batch above capacity is committed through the pool's big-batch file
  * instead (docs/pool-format.md): synchronously, after the batches before it,
  * and at most one such batch at a time, so slower. An event loop can end a
@@ -220,7 +222,8 @@ const char *mango_last_error(void);
 typedef struct mango_stats {
     uint64_t batches;        /* committed read-write batches */
     uint64_t rw_commands;    /* read-write commands executed */
-    uint64_t log_blocks;     /* 32-byte blocks written to the log */
+    uint64_t log_blocks;     /* entries written to the log: 32-byte blocks, zero ranges,
+                              * data ranges (a header and one entry per 48 bytes) */
     uint64_t log_bytes;      /* bytes appended to the log (frames incl. headers) */
     uint64_t frontend_syncs; /* ordering points that waited for the medium (commit) */
     uint64_t backend_syncs;
@@ -241,6 +244,8 @@ typedef struct mango_stats {
                                   * (memalign's blocks are counted whole) */
     uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
     uint64_t log_zero_ranges;    /* zero-range entries logged (callocs of reused heap memory) */
+    uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
+    uint64_t log_data_bytes;     /* the bytes they carried */
     uint64_t log_capacity;       /* bytes of the redo log ring */
     uint64_t log_unapplied_bytes;/* committed log the backend has not applied to the mirror yet */
     uint64_t batches_in_flight;  /* submitted batches whose log sync has not completed */

@@ -31,15 +31,39 @@ const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_
     return r;
 }
 
+const pool_region *backend_data_range(const pool *p, const log_entry *e, uint64_t left, uint64_t *addr,
+                                      uint64_t *len)
+{
+    *addr = log_entry_data_addr(e);
+    *len = log_entry_data_len(e);
+    uint64_t slots = log_entry_slots(e), rest[3];
+    memcpy(rest, e->data + 8, sizeof rest);
+    const pool_region *r = region_of(p, *addr);
+    if (slots == 0 || slots > left || e->mask || e->reserved || rest[0] || rest[1] || rest[2] || !r ||
+        r->kind != POOL_REGION_HEAP || *len > r->size - (*addr - r->vaddr))
+        return NULL;
+    return r;
+}
+
 int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
 {
-    for (uint32_t i = 0; i < f->n_entries; i++) {
+    for (uint32_t i = 0; i < f->n_entries;) {
         uint64_t a, n;
+        if (log_entry_is_data(&e[i])) {
+            if (!backend_data_range(p, &e[i], f->n_entries - i, &a, &n))
+                return mango_error(MANGO_EBADPOOL,
+                                   "log frame seq %llu holds a malformed data range at %#llx (%llu bytes)",
+                                   (unsigned long long)f->seq, (unsigned long long)a,
+                                   (unsigned long long)n);
+            i += (uint32_t)log_entry_slots(&e[i]);
+            continue;
+        }
         if (log_entry_is_zero(&e[i]) ? !backend_zero_range(p, &e[i], &a, &n)
                                      : !region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
                                (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+        i++;
     }
     return MANGO_OK;
 }
@@ -47,6 +71,19 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *rg)
 {
     for (uint32_t i = 0; i < f->n_entries; i++) {
+        if (log_entry_is_data(&e[i])) {
+            uint64_t a, n;
+            const pool_region *d = backend_data_range(p, &e[i], f->n_entries - i, &a, &n);
+            if (!d)
+                return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed data range at %#llx",
+                                   (unsigned long long)f->seq, (unsigned long long)a);
+            char *dst = p->base + d->mirror_offset + (a - d->vaddr);
+            memcpy(dst, &e[i + 1], n);
+            persist_note_store(dst, n, "backend.apply_data");
+            persist_flush(&p->pd, rg, dst, n, "backend.flush");
+            i += (uint32_t)log_entry_slots(&e[i]) - 1; /* and the loop's 1 */
+            continue;
+        }
         if (log_entry_is_zero(&e[i])) {
             uint64_t a, n;
             const pool_region *z = backend_zero_range(p, &e[i], &a, &n);

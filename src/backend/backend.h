@@ -3,8 +3,9 @@
  * One thread, lazy on purpose: it sleeps (untimed) while the log is empty; after
  * a commit it applies every millisecond, or at once when an eighth of the log is
  * waiting or the frontend waits for space (fs mode: every 5 s, or a quarter of
- * the log; backend.c says why). It applies every committed frame (32-byte blocks to
- * the heap mirror; masked bytes plus the written-bytes bitmap for .data/.bss),
+ * the log; backend.c says why). It applies every committed frame (zero ranges,
+ * data ranges and 32-byte blocks to the heap mirror; masked bytes plus the
+ * written-bytes bitmap for .data/.bss),
  * syncs the mirror, then persists the new log head and releases log space.
  * Two syncs per round, however many batches the round covers.
  * Recovery uses the same apply function to replay the log.
@@ -59,6 +60,12 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
 /* A zero-range entry's start and length, and the heap region holding it; NULL
  * if the entry is malformed (outside the heap region, unaligned, empty). */
 const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len);
+/* A data-range entry (redo_log.h, LOG_DATA_TAG) with `left` entries from it
+ * to the frame's end: its start, length and heap region; NULL if malformed
+ * (outside the heap region, empty, longer than the frame holds, nonzero
+ * reserved fields). */
+const pool_region *backend_data_range(const pool *p, const log_entry *e, uint64_t left, uint64_t *addr,
+                                      uint64_t *len);
 /* Apply one frame to the mirror; flushed ranges accumulate in r. */
 int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist_ranges *r);
 

@@ -1,4 +1,5 @@
-/* capture.c -- mango_capture(): filter by durable range, feed the dedup set. */
+/* capture.c -- mango_capture(): filter by durable range, feed the dedup set
+ * (large stores into the durable heap as data ranges, the rest as blocks). */
 #include "capture/capture.h"
 
 #include "mango.h"
@@ -13,6 +14,7 @@ __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 static unsigned n_ranges;
 static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
 static dedup_set *current_set;
+static bool data_ranges_on;
 
 /* The inline fast path (include/mango_capture_inline.h) probes the primary set
  * as dedup_add_block() does: same geometry, same hash, same layout. */
@@ -98,6 +100,8 @@ unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max)
     return n;
 }
 
+void capture_set_data_ranges(bool on) { data_ranges_on = on; }
+
 void capture_begin(dedup_set *set)
 {
     current_set = set;
@@ -153,7 +157,13 @@ void mango_capture(const void *addr, size_t len)
     for (unsigned i = 0; i < n_ranges; i++) {
         uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
         uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
-        if (a < b)
+        if (a >= b)
+            continue;
+        /* Range 0 is the durable heap (runtime.c), whose mirror takes whole
+         * bytes; .data/.bss keep per-byte masks, so blocks only. */
+        if (i == 0 && b - a >= DEDUP_RANGE_MIN && data_ranges_on)
+            dedup_add_data_range(current_set, a, b - a);
+        else
             dedup_add_range(current_set, a, b - a);
     }
 }

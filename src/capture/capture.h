@@ -33,6 +33,11 @@ void libc_interpose_link_anchor(void);
  * first. Same result as mango_capture(). */
 void capture_small_store(const void *addr, size_t len);
 
+/* Log stores of DEDUP_RANGE_MIN bytes or more into the durable heap (range
+ * 0) as data ranges (dedup_set.h). Off by default; the runtime turns it on
+ * unless the capture verifier, which compares blocks, is on. */
+void capture_set_data_ranges(bool on);
+
 /* The combiner brackets a batch with these. */
 void capture_begin(dedup_set *set);
 void capture_end(void);

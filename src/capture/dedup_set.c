@@ -1,4 +1,5 @@
-/* dedup_set.c -- range splitting, overflow buffer and iteration for dedup_set.h. */
+/* dedup_set.c -- range splitting, the spill set, data ranges, the no-dedup
+ * list and iteration for dedup_set.h. */
 #include "capture/dedup_set.h"
 
 #include <string.h>
@@ -13,6 +14,7 @@ static inline uint32_t block_mask(uintptr_t block, uintptr_t lo, uintptr_t hi)
 }
 
 static void spill_free(struct dedup_spill *sp);
+static void ranges_free(dedup_set *s);
 
 void dedup_init(dedup_set *s) { memset(s, 0, sizeof *s); }
 
@@ -20,6 +22,7 @@ void dedup_destroy(dedup_set *s)
 {
     dedup_clear(s);
     spill_free(&s->spill);
+    ranges_free(s);
     dedup_overflow_chunk *c = s->ovf_free;
     while (c) {
         dedup_overflow_chunk *n = c->next;
@@ -102,6 +105,100 @@ void dedup_add_overflow(dedup_set *s, uintptr_t block, uint32_t mask)
     spill_insert(sp, block, mask);
 }
 
+/* ---- data ranges ---- */
+
+#define RANGES_FIRST_CAP 256u
+#define RANGES_FIRST_MERGE 64u
+
+static void ranges_free(dedup_set *s)
+{
+    if (s->rng_cap)
+        munmap(s->rng, s->rng_cap * sizeof *s->rng);
+    s->rng = NULL;
+    s->rng_cap = s->rng_n = s->rng_slots = s->rng_bytes = 0;
+    s->rng_merge_at = 0;
+}
+
+static void ranges_grow(dedup_set *s)
+{
+    uint64_t cap = s->rng_cap ? s->rng_cap * 2 : RANGES_FIRST_CAP;
+    dedup_range *r = mmap(NULL, cap * sizeof *r, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (r == MAP_FAILED)
+        __builtin_trap(); /* out of memory while capturing: cannot lose the store */
+    if (s->rng_n)
+        memcpy(r, s->rng, s->rng_n * sizeof *r);
+    if (s->rng_cap)
+        munmap(s->rng, s->rng_cap * sizeof *s->rng);
+    s->rng = r;
+    s->rng_cap = cap;
+}
+
+void dedup_add_data_range(dedup_set *s, uintptr_t addr, size_t len)
+{
+    if (len == 0)
+        return;
+    if (s->rng_n == s->rng_cap)
+        ranges_grow(s);
+    s->rng[s->rng_n++] = (dedup_range){.addr = addr, .len = len};
+    s->rng_slots += DEDUP_RANGE_SLOTS(len);
+    s->rng_bytes += len;
+    /* Merging whenever the count doubles keeps the list within twice the
+     * number of disjoint ranges, at an amortized O(log n) per range. */
+    if (s->rng_n >= (s->rng_merge_at ? s->rng_merge_at : RANGES_FIRST_MERGE))
+        dedup_merge_ranges(s);
+}
+
+/* Shell sort by address (no allocation: the runtime interposes malloc, and
+ * this runs while a batch captures). */
+static void sort_ranges(dedup_range *r, uint64_t n)
+{
+    static const uint64_t gaps[] = {1391376, 463792, 198768, 86961, 33936, 13776, 4592, 1968, 861, 336,
+                                    112, 48, 21, 7, 3, 1};
+    for (unsigned g = 0; g < sizeof gaps / sizeof gaps[0]; g++) {
+        uint64_t gap = gaps[g];
+        for (uint64_t i = gap; i < n; i++) {
+            dedup_range v = r[i];
+            uint64_t j = i;
+            for (; j >= gap && r[j - gap].addr > v.addr; j -= gap)
+                r[j] = r[j - gap];
+            r[j] = v;
+        }
+    }
+}
+
+void dedup_merge_ranges(dedup_set *s)
+{
+    if (s->rng_n == 0)
+        return;
+    sort_ranges(s->rng, s->rng_n);
+    uint64_t out = 0;
+    for (uint64_t i = 1; i < s->rng_n; i++) {
+        dedup_range *cur = &s->rng[out];
+        const dedup_range *nx = &s->rng[i];
+        if (nx->addr <= cur->addr + cur->len) {
+            uint64_t end = nx->addr + nx->len;
+            if (end > cur->addr + cur->len)
+                cur->len = end - cur->addr;
+        } else {
+            s->rng[++out] = *nx;
+        }
+    }
+    s->rng_n = out + 1;
+    s->rng_slots = s->rng_bytes = 0;
+    for (uint64_t i = 0; i < s->rng_n; i++) {
+        s->rng_slots += DEDUP_RANGE_SLOTS(s->rng[i].len);
+        s->rng_bytes += s->rng[i].len;
+    }
+    uint64_t next = s->rng_n * 2;
+    s->rng_merge_at = next > RANGES_FIRST_MERGE ? next : RANGES_FIRST_MERGE;
+}
+
+void dedup_for_each_range(const dedup_set *s, dedup_range_fn fn, void *arg)
+{
+    for (uint64_t i = 0; i < s->rng_n; i++)
+        fn(arg, s->rng[i].addr, s->rng[i].len);
+}
+
 void dedup_append_nodedup(dedup_set *s, uintptr_t block, uint32_t mask)
 {
     dedup_overflow_chunk *c = s->ovf_tail;
@@ -159,6 +256,10 @@ void dedup_clear(dedup_set *s)
             s->spill.count = 0;
         }
     }
+    if (s->rng_cap > (1u << 16))
+        ranges_free(s); /* give back a huge list */
+    s->rng_n = s->rng_slots = s->rng_bytes = 0;
+    s->rng_merge_at = 0;
     if (s->ovf_head) {
         s->ovf_tail->next = s->ovf_free;
         s->ovf_free = s->ovf_head;

@@ -10,7 +10,18 @@
  * stores over 1 MiB logged 1.85M blocks and overflowed a 64 MiB log); with the
  * spill set the log of a batch is bounded by the distinct blocks it wrote.
  * The append-only list remains only for MANGO_DEDUP=0 (the benchmark's
- * baseline). The combiner owns all of it; no locks.
+ * baseline).
+ *
+ * Data ranges: a store of DEDUP_RANGE_MIN bytes or more into the durable heap
+ * (a memcpy of a large value) is kept as one (address, length) range instead
+ * of one block per 32 bytes, and logged as a data-range entry carrying its
+ * bytes (log/redo_log.h): a 100 MB value then costs the log about 100 MB and
+ * the capture nothing per block. Ranges are merged (sorted, overlapping or
+ * touching ones joined) whenever their number doubles, and once more before
+ * the batch is logged, so a batch that rewrites the same range many times
+ * logs it once. A block of the sets may also lie inside a range; both carry
+ * the memory's content at commit, so logging both is redundant, not wrong.
+ * The combiner owns all of it; no locks.
  */
 #ifndef MANGO_DEDUP_SET_H
 #define MANGO_DEDUP_SET_H
@@ -24,6 +35,11 @@
 #define DEDUP_MAX_LOAD (DEDUP_SLOTS * 6 / 10)
 /* Home slot of a block (include/mango_capture_inline.h inlines the same probe
  * into instrumented code; capture.c checks that the two agree). */
+/* Stores at least this long into the durable heap become data ranges. */
+#define DEDUP_RANGE_MIN 4096u
+/* Log slots (48-byte entries) a data range of len bytes takes: a header entry
+ * and its bytes (log/redo_log.h, LOG_DATA_TAG). */
+#define DEDUP_RANGE_SLOTS(len) (1u + ((uint64_t)(len) + 47u) / 48u)
 #define DEDUP_HASH(block) ((uint32_t)(((uint64_t)(block) >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1))
 
 typedef struct dedup_overflow_chunk {
@@ -41,6 +57,10 @@ typedef struct dedup_spill {
     uint64_t count;
 } dedup_spill;
 
+typedef struct dedup_range {
+    uint64_t addr, len;
+} dedup_range;
+
 typedef struct dedup_set {
     _Alignas(64) uint64_t key[DEDUP_SLOTS]; /* block address, 0 = empty */
     uint32_t mask[DEDUP_SLOTS];
@@ -50,6 +70,12 @@ typedef struct dedup_set {
     /* MANGO_DEDUP=0 only: blocks in arrival order, not deduplicated */
     dedup_overflow_chunk *ovf_head, *ovf_tail, *ovf_free;
     uint64_t ovf_count;
+    /* data ranges (mmap'd; doubles when full), merged when rng_n reaches
+     * rng_merge_at */
+    dedup_range *rng;
+    uint64_t rng_n, rng_cap, rng_merge_at;
+    uint64_t rng_slots; /* log slots of rng[0..rng_n) as they stand */
+    uint64_t rng_bytes; /* and their bytes */
 } dedup_set;
 
 void dedup_init(dedup_set *s);
@@ -59,8 +85,18 @@ void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len);
 /* The same without deduplication: every block goes to the overflow buffer, in
  * order (the benchmark's "dedup off" baseline; MANGO_DEDUP=0). */
 void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len);
-/* Total entries (set + overflow). */
+/* Record that [addr, addr+len) was written, as a data range (the caller
+ * checked that it lies in the durable heap and is long enough). */
+void dedup_add_data_range(dedup_set *s, uintptr_t addr, size_t len);
+/* Sort the data ranges and join overlapping or touching ones (before they
+ * are logged; also done on the way as they accumulate). */
+void dedup_merge_ranges(dedup_set *s);
+typedef void (*dedup_range_fn)(void *arg, uintptr_t addr, uint64_t len);
+void dedup_for_each_range(const dedup_set *s, dedup_range_fn fn, void *arg);
+/* Total block entries (set + overflow). */
 static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->spill.count + s->ovf_count; }
+/* Log slots the batch takes as it stands: its blocks and its data ranges. */
+static inline uint64_t dedup_log_slots(const dedup_set *s) { return dedup_size(s) + s->rng_slots; }
 typedef void (*dedup_visit_fn)(void *arg, uintptr_t block, uint32_t mask);
 void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg);
 void dedup_clear(dedup_set *s);

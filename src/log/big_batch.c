@@ -127,6 +127,28 @@ void big_batch_put_zero(big_batch_writer *w, uintptr_t addr, uint64_t len)
     memcpy(e->data, &len, sizeof len);
 }
 
+void big_batch_put_data(big_batch_writer *w, uintptr_t addr, uint64_t len)
+{
+    log_entry *e = next_entry(w);
+    e->addr = LOG_DATA_TAG | addr;
+    e->mask = 0;
+    e->reserved = 0;
+    memset(e->data, 0, LOG_BLOCK_SIZE);
+    memcpy(e->data, &len, sizeof len);
+    uint64_t slots = LOG_DATA_PAYLOAD_SLOTS(len), pad = slots * sizeof(log_entry) - len;
+    /* The bytes go to the file straight from memory (in the file they are
+     * contiguous, as in a frame); the zero padding after them through the
+     * staging buffer. */
+    flush_staging(w);
+    w->crc = crc32c(w->crc, (const void *)addr, len);
+    if (!w->err)
+        w->err = persist_write_file(out_fd(w), (const void *)addr, len, w->file_off);
+    w->file_off += len;
+    memset(w->buf, 0, pad);
+    w->used = pad;
+    w->n += slots;
+}
+
 int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, uint64_t generation,
                      uint64_t seq, uint64_t lsn, log_entry *ref)
 {

@@ -11,7 +11,8 @@
  *
  * The file (little-endian):
  *   0    64 bytes   big_batch_header (CRC-32C)
- *   64   n * 48     log entries, as in a frame (zero ranges, then blocks)
+ *   64   n * 48     log entries, as in a frame (zero ranges, then data
+ *                    ranges and blocks)
  *
  * The reference entry: addr == LOG_BIG_TAG, mask 0, data a big_batch_ref.
  * The tag puts the address outside every region, so a build that predates
@@ -90,6 +91,7 @@ void big_batch_writer_init(big_batch_writer *w);
 int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path);
 void big_batch_put(big_batch_writer *w, uintptr_t block, uint32_t mask);
 void big_batch_put_zero(big_batch_writer *w, uintptr_t addr, uint64_t len);
+void big_batch_put_data(big_batch_writer *w, uintptr_t addr, uint64_t len);
 /* Write the header for the frame that will commit the batch (generation,
  * sequence number, position), sync the file, and fill *ref with the entry
  * that frame must hold. */

@@ -77,6 +77,38 @@ static inline uint64_t log_entry_zero_len(const log_entry *e)
     return n;
 }
 
+/* A data range: the bytes of [addr, addr+len) as the batch left them, for a
+ * large store into the heap (a memcpy of a big value) that would otherwise
+ * log 48 bytes per 32. The header entry's addr is LOG_DATA_TAG | addr (any
+ * alignment), mask 0, and data's first 8 bytes the length (the other 24
+ * zero); the next LOG_DATA_PAYLOAD_SLOTS(len) entries are the bytes
+ * themselves, 48 to an entry, the last one zero-padded. n_entries counts
+ * them all. Readers step over a range with log_entry_slots(). The range lies
+ * inside the heap region, and it holds the content at commit, as a block
+ * does, so it may come in any order after the batch's zero ranges. The tag,
+ * like the others, is an address outside every region: a build that
+ * predates data ranges refuses the pool. */
+#define LOG_DATA_TAG (1ull << 61)
+#define LOG_DATA_MAX_LEN (1ull << 40) /* a sanity bound for readers */
+#define LOG_DATA_PAYLOAD_SLOTS(len) (((uint64_t)(len) + sizeof(log_entry) - 1) / sizeof(log_entry))
+static inline bool log_entry_is_data(const log_entry *e) { return (e->addr >> 61) == 1; }
+static inline uint64_t log_entry_data_addr(const log_entry *e) { return e->addr & ~LOG_DATA_TAG; }
+static inline uint64_t log_entry_data_len(const log_entry *e)
+{
+    uint64_t n;
+    __builtin_memcpy(&n, e->data, sizeof n);
+    return n;
+}
+/* Entries taken by the entry at e: 1, or a data range's header and bytes.
+ * 0 for a data range whose length is out of bounds (readers refuse it). */
+static inline uint64_t log_entry_slots(const log_entry *e)
+{
+    if (!log_entry_is_data(e))
+        return 1;
+    uint64_t len = log_entry_data_len(e);
+    return len == 0 || len > LOG_DATA_MAX_LEN ? 0 : 1 + LOG_DATA_PAYLOAD_SLOTS(len);
+}
+
 _Static_assert(sizeof(log_frame) == 64, "frame header is one cache line");
 _Static_assert(sizeof(log_entry) == 48, "entry size");
 
@@ -144,6 +176,21 @@ static inline void redo_log_put_zero(log_frame_writer *w, uintptr_t addr, uint64
     e->reserved = 0;
     __builtin_memset(e->data, 0, LOG_BLOCK_SIZE);
     __builtin_memcpy(e->data, &len, sizeof len);
+}
+/* Append one data range (see LOG_DATA_TAG): copies len bytes from addr. */
+static inline void redo_log_put_data(log_frame_writer *w, uintptr_t addr, uint64_t len)
+{
+    log_entry *e = &w->entries[w->n];
+    e->addr = LOG_DATA_TAG | addr;
+    e->mask = 0;
+    e->reserved = 0;
+    __builtin_memset(e->data, 0, LOG_BLOCK_SIZE);
+    __builtin_memcpy(e->data, &len, sizeof len);
+    uint64_t slots = LOG_DATA_PAYLOAD_SLOTS(len);
+    char *payload = (char *)(e + 1);
+    __builtin_memcpy(payload, (const void *)addr, len);
+    __builtin_memset(payload + len, 0, slots * sizeof(log_entry) - len);
+    w->n += (uint32_t)(1 + slots);
 }
 /* Seal, flush and sync the frame; publish it to the backend. Only when no
  * sealed frame is waiting for a pipelined sync. */

@@ -55,6 +55,14 @@ static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
     uint64_t lo = rp->heap->vaddr, hi = lo + sizeof rp->root;
     for (uint32_t i = 0; i < f->n_entries; i++) {
         uint64_t a = e[i].addr;
+        if (log_entry_is_data(&e[i])) { /* (validated; never over the root in practice) */
+            uint64_t da = log_entry_data_addr(&e[i]), db = da + log_entry_data_len(&e[i]);
+            const char *src = (const char *)&e[i + 1];
+            for (uint64_t x = da > lo ? da : lo; x < db && x < hi; x++)
+                ((char *)&rp->root)[x - lo] = src[x - da];
+            i += (uint32_t)log_entry_slots(&e[i]) - 1;
+            continue;
+        }
         if (log_entry_is_zero(&e[i])) { /* (never over the root in practice) */
             uint64_t za = a & ~LOG_ZERO_TAG, zb = za + log_entry_zero_len(&e[i]);
             for (uint64_t x = za > lo ? za : lo; x < zb && x < hi; x++)

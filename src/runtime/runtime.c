@@ -68,6 +68,7 @@ typedef struct runtime {
     uint64_t commit_ns_ewma; /* average commit (write + sync) time, for group commit */
     /* stats (written by the combiner only, read racily) */
     uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns, log_zero_ranges;
+    uint64_t log_data_ranges, log_data_bytes;
     uint64_t pipelined_batches;
 } runtime;
 
@@ -151,6 +152,22 @@ static void put_block_big(void *arg, uintptr_t block, uint32_t mask)
     big_batch_put(arg, block, mask);
 }
 
+static void put_data(void *arg, uintptr_t addr, uint64_t len)
+{
+    redo_log_put_data(arg, addr, len);
+}
+
+static void put_data_big(void *arg, uintptr_t addr, uint64_t len)
+{
+    big_batch_put_data(arg, addr, len);
+}
+
+static void count_data_ranges(void)
+{
+    rt.log_data_ranges += rt.set->rng_n;
+    rt.log_data_bytes += rt.set->rng_bytes;
+}
+
 /* Zero ranges of the open batch (dheap_calloc of reused heap memory), one
  * log entry each, written before the batch's blocks. Combiner thread only.
  * Not used under the capture verifier, which compares blocks. */
@@ -219,6 +236,8 @@ static int commit_big_batch(uint64_t n)
         big_batch_put_zero(&rt.big, zero_ranges[i].addr, zero_ranges[i].len);
     rt.log_zero_ranges += n_zero;
     n_zero = 0;
+    dedup_for_each_range(rt.set, put_data_big, &rt.big);
+    count_data_ranges();
     dedup_for_each(rt.set, put_block_big, &rt.big);
     dedup_clear(rt.set);
     log_frame_writer w;
@@ -273,7 +292,8 @@ static int batch_end(void *arg)
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
-    uint64_t n = dedup_size(rt.set) + n_zero;
+    dedup_merge_ranges(rt.set);
+    uint64_t n = dedup_log_slots(rt.set) + n_zero;
     if (n == 0) {
         /* Nothing to log, but the batch may have read state still in flight:
          * its ticket is durable only after every earlier one. */
@@ -308,6 +328,8 @@ static int batch_end(void *arg)
         redo_log_put_zero(&w, zero_ranges[i].addr, zero_ranges[i].len);
     rt.log_zero_ranges += n_zero;
     n_zero = 0;
+    dedup_for_each_range(rt.set, put_data, &w);
+    count_data_ranges();
     dedup_for_each(rt.set, put_block, &w);
     dedup_clear(rt.set);
     rt.log_blocks += n;
@@ -551,6 +573,10 @@ static int open_durable(const mango_config *cfg, int *status)
     if (rc)
         goto fail_heap;
     rt.verify = capture_verify_enabled();
+    /* Data ranges (capture/dedup_set.h), unless the verifier (which compares
+     * blocks) is on; MANGO_DATA_RANGES=0 turns them off for comparisons. */
+    const char *dr = getenv("MANGO_DATA_RANGES");
+    capture_set_data_ranges(!rt.verify && !(dr && strcmp(dr, "0") == 0));
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
     big_batch_writer_init(&rt.big);
     rc = setup_fs_log_writes(p);
@@ -718,8 +744,11 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity)
     uint64_t u = 0, c = 0;
     if (rt.up && rt.durable) {
         c = (uint64_t)redo_log_max_entries(&rt.log) * LOG_BLOCK_SIZE;
-        if (batch_open_here)
-            u = (dedup_size(rt.set) + n_zero) * LOG_BLOCK_SIZE;
+        if (batch_open_here) {
+            if (rt.set->rng_n > 1)
+                dedup_merge_ranges(rt.set); /* (batch_end merges them anyway) */
+            u = (dedup_log_slots(rt.set) + n_zero) * LOG_BLOCK_SIZE;
+        }
     }
     if (used)
         *used = u;
@@ -866,6 +895,8 @@ void mango_get_stats(mango_stats *out)
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
     dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
     out->log_zero_ranges = rt.log_zero_ranges;
+    out->log_data_ranges = rt.log_data_ranges;
+    out->log_data_bytes = rt.log_data_bytes;
     out->big_batches = rt.big.batches;
     out->big_batch_bytes = rt.big.bytes;
     out->heap_capacity = rt.up && rt.durable ? rt.heap_size : 0;

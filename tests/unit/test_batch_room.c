@@ -1,5 +1,6 @@
 /* test_batch_room.c -- mango_batch_room() reports the open batch's distinct
- * captured bytes (32-byte blocks: a block written twice counts once) and the
+ * captured bytes (32-byte blocks: a block written twice counts once; a data
+ * range, a store of 4 KiB or more, its log entries) and the
  * most a batch may hold; 0 used outside a batch; 0 capacity without a
  * durable mode. An event loop uses it to end a batch early between commands
  * (the durable Redis does). mango_heap_room() reports the durable heap's
@@ -51,19 +52,31 @@ int main(void)
     CHECK(mango_batch_begin() == MANGO_OK);
     mango_batch_room(&used, NULL);
     uint64_t base = used; /* whatever the batch start itself captured */
-    memset(a, 1, 4096); /* 128 blocks */
-    mango_capture(a, 4096);
+    memset(a, 1, 2048); /* below the data-range size: 64 blocks */
+    mango_capture(a, 2048);
     mango_batch_room(&used, NULL);
-    printf("after 4 KiB: used %llu (base %llu)\n", (unsigned long long)used, (unsigned long long)base);
-    CHECK(used - base == 4096);
-    memset(a, 2, 4096); /* the same blocks again: no growth */
-    mango_capture(a, 4096);
+    printf("after 2 KiB: used %llu (base %llu)\n", (unsigned long long)used, (unsigned long long)base);
+    CHECK(used - base == 2048);
+    memset(a, 2, 2048); /* the same blocks again: no growth */
+    mango_capture(a, 2048);
     mango_batch_room(&used, NULL);
-    CHECK(used - base == 4096);
-    memset(a + 4096, 3, 100); /* 100 bytes from a block boundary: 4 blocks */
-    mango_capture(a + 4096, 100);
+    CHECK(used - base == 2048);
+    memset(a + 2048, 3, 100); /* 100 bytes from a block boundary: 4 blocks */
+    mango_capture(a + 2048, 100);
     mango_batch_room(&used, NULL);
-    CHECK(used - base == 4096 + 4 * 32);
+    CHECK(used - base == 2048 + 4 * 32);
+    /* 4 KiB into the heap is a data range: a header entry and 86 of 48
+     * bytes, 87 entries counted as 32 each; written again, still one. */
+    uint64_t before = used;
+    memset(a + 8192, 4, 4096);
+    mango_capture(a + 8192, 4096);
+    mango_batch_room(&used, NULL);
+    printf("after a 4 KiB range: used %llu\n", (unsigned long long)(used - before));
+    CHECK(used - before == 87 * 32);
+    memset(a + 8192, 5, 4096);
+    mango_capture(a + 8192, 4096);
+    mango_batch_room(&used, NULL);
+    CHECK(used - before == 87 * 32);
     CHECK(mango_batch_end() == MANGO_OK);
     mango_batch_room(&used, NULL);
     CHECK(used == 0);

@@ -1,6 +1,7 @@
 /* test_dedup_set.c -- the dedup set and its spill set: every written byte is
  * reported exactly once per block, masks are exact, and large batches stay
- * bounded by their distinct blocks. */
+ * bounded by their distinct blocks; data ranges merge into exactly the bytes
+ * written. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,13 @@
 #include "capture/dedup_set.h"
 
 #include "check.h"
+
+/* A check inside a hot loop: counts a failure only. */
+#define CHECK_QUIET(c) \
+    do {               \
+        if (!(c))      \
+            CHECK(c);  \
+    } while (0)
 
 #define SPAN (8u << 20) /* model of 8 MiB of memory */
 static uint8_t *written, *reported;
@@ -89,6 +97,44 @@ int main(void)
     dedup_add_range_nodedup(s, BASE, 64);
     dedup_add_range_nodedup(s, BASE, 64);
     CHECK(dedup_size(s) == 4);
+    dedup_clear(s);
+
+    /* Data ranges: 400 random ranges (many overlapping or touching) are
+     * merged on the way and at the end into sorted, disjoint, non-touching
+     * ranges whose union is exactly the bytes written. */
+    memset(written, 0, SPAN);
+    memset(reported, 0, SPAN);
+    srand(4);
+    for (unsigned i = 0; i < 400; i++) {
+        size_t len = 4096 + (size_t)rand() % 20000;
+        size_t off = (size_t)rand() % (SPAN - len);
+        memset(written + off, 1, len);
+        dedup_add_data_range(s, BASE + off, len);
+        CHECK_QUIET(s->rng_n <= 400);
+    }
+    dedup_merge_ranges(s);
+    uint64_t slots = 0, bytes = 0;
+    int ordered = 1;
+    for (uint64_t i = 0; i < s->rng_n; i++) {
+        memset(reported + (s->rng[i].addr - BASE), 1, s->rng[i].len);
+        slots += DEDUP_RANGE_SLOTS(s->rng[i].len);
+        bytes += s->rng[i].len;
+        if (i > 0 && s->rng[i].addr <= s->rng[i - 1].addr + s->rng[i - 1].len)
+            ordered = 0;
+    }
+    CHECK(ordered);
+    CHECK(memcmp(written, reported, SPAN) == 0);
+    CHECK(s->rng_slots == slots && s->rng_bytes == bytes);
+    CHECK(dedup_log_slots(s) == dedup_size(s) + slots);
+    printf("400 data ranges merged into %llu (%llu bytes)\n", (unsigned long long)s->rng_n,
+           (unsigned long long)bytes);
+    /* The same range a million times stays one range. */
+    dedup_clear(s);
+    CHECK(s->rng_n == 0 && dedup_log_slots(s) == 0);
+    for (unsigned i = 0; i < 1000000; i++)
+        dedup_add_data_range(s, BASE + 4096, 8192);
+    dedup_merge_ranges(s);
+    CHECK(s->rng_n == 1 && s->rng_bytes == 8192 && s->rng_slots == DEDUP_RANGE_SLOTS(8192));
     dedup_clear(s);
 
     dedup_destroy(s);
