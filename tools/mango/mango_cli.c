@@ -236,6 +236,23 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
     if (c->check_entries) {
         for (uint32_t i = 0; i < f->n_entries; i++) {
             uint64_t a = e[i].addr;
+            if (log_entry_is_data(&e[i])) {
+                /* A data range: inside the heap region, its bytes within the frame. */
+                uint64_t da, n;
+                if (!backend_data_range(c->p, &e[i], f->n_entries - i, &da, &n))
+                    return mango_error(MANGO_EBADPOOL,
+                                       "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
+                                       "data range at %#" PRIx64 " (%" PRIu64 " bytes)",
+                                       f->lsn, f->seq, i, da, n);
+                if (c->heap) {
+                    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
+                    const char *src = (const char *)&e[i + 1];
+                    for (uint64_t x = da > lo ? da : lo; x < da + n && x < hi; x++)
+                        ((char *)&c->root)[x - lo] = src[x - da];
+                }
+                i += (uint32_t)log_entry_slots(&e[i]) - 1;
+                continue;
+            }
             if (log_entry_is_zero(&e[i])) {
                 /* A zero range: inside the heap region, 32-byte granular. */
                 uint64_t za, n;
