@@ -548,6 +548,8 @@ char *mangoInfo(char *info, int after_section)
         "mango_log_bytes:%llu\r\n"
         "mango_log_blocks:%llu\r\n"
         "mango_log_zero_ranges:%llu\r\n"
+        "mango_log_data_ranges:%llu\r\n"
+        "mango_log_data_bytes:%llu\r\n"
         "mango_log_capacity:%llu\r\n"
         "mango_log_unapplied_bytes:%llu\r\n"
         "mango_log_full_waits:%llu\r\n"
@@ -564,7 +566,7 @@ char *mangoInfo(char *info, int after_section)
         "mango_gather_holds:%llu\r\n",
         mango_mode_name(), mango_pool_path(), mango_recovered ? "recovered" : "fresh", pipelined,
         (ull)s.batches, (ull)s.batches_in_flight, (ull)s.frontend_syncs, (ull)s.log_bytes, (ull)s.log_blocks,
-        (ull)s.log_zero_ranges, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
+        (ull)s.log_zero_ranges, (ull)s.log_data_ranges, (ull)s.log_data_bytes, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
         (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
         (ull)s.heap_allocated_bytes, (ull)s.heap_capacity, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds);
 }

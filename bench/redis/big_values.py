@@ -9,8 +9,11 @@ wall time of one SET, from sending the command to its +OK, and its ratio
 to stock Redis without persistence and with AOF-always. With the durable
 server's default logs (64 MiB emulated, 256 MiB on a disk), a value whose
 blocks do not fit in a log frame (about 22 MB / 89 MB) is a big batch
-through the pool's big-batch file (docs/pool-format.md); the durable rows
-also say how many big batches the run made (INFO mangosteen).
+through the pool's big-batch file (docs/pool-format.md). A value is logged
+as a data range (its bytes once, plus a header), or as 32-byte blocks (48
+bytes of log each) with the system durable-fs-blocks (MANGO_DATA_RANGES=0,
+not default). The durable rows also say how many big batches and data
+ranges the run made and its log bytes (INFO mangosteen).
 
 Outputs in --out: big_values.csv and big_values.md.
 Exit status: 0 ok; 1 a run failed; 2 usage.
@@ -97,7 +100,8 @@ def main():
     if args.repeat < 1 or not args.sizes:
         p.error("--repeat must be >= 1 and --sizes non-empty")
     for s in args.systems:
-        if s not in ("durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"):
+        if s not in ("durable-emulated", "durable-fs", "durable-fs-blocks", "stock-none", "stock-aof-always",
+                     "stock-aof-everysec"):
             p.error("unknown system %r" % s)
     args.out = os.path.abspath(args.out)  # the servers chdir into their --dir
     os.makedirs(args.out, exist_ok=True)
@@ -118,7 +122,10 @@ def main():
                     rb.log("%-18s %6.0f MB #%d %.3f s %s" % (system, size / 1e6, r, secs, reply))
             if system.startswith("durable"):
                 rows.append({"system": system, "size": 0, "rep": -1, "seconds": 0, "ok": 1,
-                             "reply": "big_batches=%s" % info_field(srv.port, "mango_big_batches")})
+                             "reply": "big_batches=%s data_ranges=%s data_range_bytes=%s log_bytes=%s" % tuple(
+                                 info_field(srv.port, f) for f in (
+                                     "mango_big_batches", "mango_log_data_ranges", "mango_log_data_bytes",
+                                     "mango_log_bytes"))})
         except Exception as e:  # a failed start or a dropped connection
             rb.log("%s failed: %s" % (system, e))
             failed += 1

@@ -15,6 +15,8 @@ Systems (--systems):
   durable-fs-nogather  durable-fs with MANGO_REDIS_GATHER_US=0: no batch kept
                      open past its pass under load (not default; docs/redis.md,
                      "Gathering a batch under load")
+  durable-fs-blocks  durable-fs with MANGO_DATA_RANGES=0: large stores logged as
+                     32-byte blocks, as before data ranges (not default)
   stock-none         /usr/bin/redis-server, --save "" --appendonly no
   stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
   stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
@@ -80,7 +82,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "durable-fs-nogather", "stock-none", "stock-aof-always",
+ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "durable-fs-nogather", "durable-fs-blocks",
+               "stock-none", "stock-aof-always",
                "stock-aof-everysec", "stock-aof-always-shm"]
 DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"]
 MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
@@ -207,10 +210,13 @@ class Server:
             self.env["MANGO_MODE"] = "emulated" if system == "durable-emulated" else "fs"
             self.env.pop("MANGO_PIPELINE", None)  # from the caller's environment: not for durable-fs
             self.env.pop("MANGO_REDIS_GATHER_US", None)
+            self.env.pop("MANGO_DATA_RANGES", None)
             if system == "durable-fs-inline":
                 self.env["MANGO_PIPELINE"] = "0"
             if system == "durable-fs-nogather":
                 self.env["MANGO_REDIS_GATHER_US"] = "0"
+            if system == "durable-fs-blocks":
+                self.env["MANGO_DATA_RANGES"] = "0"
             if pool_size or args.pool_size:
                 self.env["MANGO_POOL_SIZE"] = pool_size or args.pool_size
             if args.log_size:
@@ -564,6 +570,7 @@ def plot(rows, outdir):
     mixes = {r["mix"] for r in rows}
     style = {"durable-emulated": ("tab:blue", "o", "-"), "durable-fs": ("tab:orange", "s", "-"),
              "durable-fs-inline": ("tab:brown", "P", "-"), "durable-fs-nogather": ("tab:olive", "X", "-"),
+             "durable-fs-blocks": ("tab:cyan", "*", "-"),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)

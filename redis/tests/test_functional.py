@@ -896,10 +896,11 @@ def test_replicaof_is_refused(srv):
 
 def test_writes_larger_than_the_log(srv):
     """A log frame holds at most half the log (emulated: 64 MiB ring, 22.4 MB
-    of 32-byte blocks). A SET of 100 MB first stopped the server when its
+    of 32-byte blocks, or about 33.5 MB of data ranges, the entries that log
+    a large value's bytes). A SET of 100 MB first stopped the server when its
     batch ended ("a batch wrote 3277618 blocks ... configure a larger
     log_size"), then was refused with an error; such a batch now goes
-    through the pool's big-batch file, as does an EXEC of 2 x 15 MB, and
+    through the pool's big-batch file, as does an EXEC of 2 x 20 MB, and
     both survive kill -9. A pass of many large writes (six COPYs of an 8 MB
     string, pipelined) still ends its batch early between commands, so its
     batches stay in the log."""
@@ -907,8 +908,8 @@ def test_writes_larger_than_the_log(srv):
     big0 = r.info("mangosteen")["mango_big_batches"]
     assert r.set("huge", b"z" * (100 << 20))
     m = r.pipeline(transaction=True)
-    m.set("m1", b"a" * (15 << 20))
-    m.set("m2", b"b" * (15 << 20))
+    m.set("m1", b"a" * (20 << 20))
+    m.set("m2", b"b" * (20 << 20))
     assert m.execute() == [True, True]
     assert r.info("mangosteen")["mango_big_batches"] == big0 + 2
     assert r.set("src", b"s" * (8 << 20))
@@ -922,7 +923,7 @@ def test_writes_larger_than_the_log(srv):
     r = srv.client()
     assert [r.strlen(f"v{i}") for i in range(6)] == [8 << 20] * 6
     assert r.strlen("huge") == 100 << 20 and r.getrange("huge", (100 << 20) - 3, -1) == b"zzz"
-    assert r.getrange("m1", 0, 2) == b"aaa" and r.strlen("m2") == 15 << 20
+    assert r.getrange("m1", 0, 2) == b"aaa" and r.strlen("m2") == 20 << 20
     assert_same(before, snapshot(srv), "after kill")
 
 
@@ -1198,9 +1199,9 @@ def test_scripts_and_reload_larger_than_a_batch_are_durable(server_factory):
 @pytest.mark.parametrize("mode", ["sim", "fs"])
 def test_big_batches_survive_kills(server_factory, mode):
     """Big batches under kill -9 (sim mode: a power failure, every byte of
-    the pool not synced lost; fs mode: the log's): a client SETs 3 MB values
-    (~100 000 blocks, more than a frame of the 8 MiB log holds, so each is a
-    big batch) over a key set while another keeps small writes going; the
+    the pool not synced lost; fs mode: the log's): a client SETs 5 MB values
+    (a data range of ~110 000 entries, more than a frame of the 8 MiB log
+    holds, so each is a big batch) over a key set while another keeps small writes going; the
     server is killed at a random moment, six times. Every acknowledged value
     is recovered whole, a value is never torn (its bytes are all its own
     letter), and the big-batch file is gone after each recovery."""
@@ -1219,7 +1220,7 @@ def test_big_batches_survive_kills(server_factory, mode):
                 key, letter = f"big{i % 4}", 65 + (rnd * 7 + i) % 26
                 pending[key] = letter
                 try:
-                    c.set(key, bytes([letter]) * (3 << 20))
+                    c.set(key, bytes([letter]) * (5 << 20))
                 except Exception:
                     return
                 acked[key] = letter
@@ -1250,7 +1251,7 @@ def test_big_batches_survive_kills(server_factory, mode):
         for key in set(acked) | set(pending):
             v = r.get(key)
             letters = set(v) if v else set()
-            assert len(letters) <= 1 and (not v or len(v) == 3 << 20), (key, len(v or b""), letters)
+            assert len(letters) <= 1 and (not v or len(v) == 5 << 20), (key, len(v or b""), letters)
             if key in acked:  # the acknowledged value, or the one in flight after it
                 assert v and letters <= {acked[key], pending[key]}, (key, letters, acked[key], pending[key])
         for key, i in small_acked.items():
