@@ -97,6 +97,10 @@ typedef struct mango_config {
     bool verify_capture;
     /* Default AUTO; MANGO_BACKEND_PRIORITY=auto|idle|normal overrides it. */
     mango_backend_priority backend_priority;
+    /* (No field: a store of 4 KiB or more into the durable heap is logged as
+     * a data range, its bytes once, instead of 32-byte blocks at 48 bytes of
+     * log each; MANGO_DATA_RANGES=0 turns that off, =N sets the size, 256 to
+     * 1 GiB; another value makes mango_init fail with MANGO_EINVAL.) */
 } mango_config;
 
 void mango_config_default(mango_config *cfg);

@@ -14,7 +14,7 @@ __thread bool mango_capture_active __attribute__((tls_model("initial-exec")));
 static unsigned n_ranges;
 static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
 static dedup_set *current_set;
-static bool data_ranges_on;
+static size_t data_range_min; /* 0: no data ranges */
 
 /* The inline fast path (include/mango_capture_inline.h) probes the primary set
  * as dedup_add_block() does: same geometry, same hash, same layout. */
@@ -100,7 +100,7 @@ unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max)
     return n;
 }
 
-void capture_set_data_ranges(bool on) { data_ranges_on = on; }
+void capture_set_data_ranges(size_t min_bytes) { data_range_min = min_bytes; }
 
 void capture_begin(dedup_set *set)
 {
@@ -161,7 +161,7 @@ void mango_capture(const void *addr, size_t len)
             continue;
         /* Range 0 is the durable heap (runtime.c), whose mirror takes whole
          * bytes; .data/.bss keep per-byte masks, so blocks only. */
-        if (i == 0 && b - a >= DEDUP_RANGE_MIN && data_ranges_on)
+        if (i == 0 && data_range_min && b - a >= data_range_min)
             dedup_add_data_range(current_set, a, b - a);
         else
             dedup_add_range(current_set, a, b - a);

@@ -9,6 +9,7 @@
 #define MANGO_CAPTURE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "capture/dedup_set.h"
@@ -33,10 +34,11 @@ void libc_interpose_link_anchor(void);
  * first. Same result as mango_capture(). */
 void capture_small_store(const void *addr, size_t len);
 
-/* Log stores of DEDUP_RANGE_MIN bytes or more into the durable heap (range
- * 0) as data ranges (dedup_set.h). Off by default; the runtime turns it on
- * unless the capture verifier, which compares blocks, is on. */
-void capture_set_data_ranges(bool on);
+/* Log stores of min_bytes or more into the durable heap (range 0) as data
+ * ranges (dedup_set.h); 0: never. 0 until the runtime sets it (to
+ * DEDUP_RANGE_MIN by default; 0 under the capture verifier, which compares
+ * blocks). */
+void capture_set_data_ranges(size_t min_bytes);
 
 /* The combiner brackets a batch with these. */
 void capture_begin(dedup_set *set);

@@ -69,6 +69,7 @@ typedef struct runtime {
     /* stats (written by the combiner only, read racily) */
     uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns, log_zero_ranges;
     uint64_t log_data_ranges, log_data_bytes;
+    size_t data_range_min; /* MANGO_DATA_RANGES (data_range_min_of) */
     uint64_t pipelined_batches;
 } runtime;
 
@@ -443,6 +444,30 @@ static int backend_priority_of(const mango_config *cfg, mango_backend_priority *
     return MANGO_OK;
 }
 
+/* The smallest store into the durable heap logged as a data range
+ * (capture/dedup_set.h): DEDUP_RANGE_MIN, or MANGO_DATA_RANGES: 0 (off: blocks
+ * only, for comparisons), 1 (the default), or a size in bytes. */
+static int data_range_min_of(size_t *out)
+{
+    *out = DEDUP_RANGE_MIN;
+    const char *env = getenv("MANGO_DATA_RANGES");
+    if (!env || !*env || strcmp(env, "1") == 0)
+        return MANGO_OK;
+    if (strcmp(env, "0") == 0) {
+        *out = 0;
+        return MANGO_OK;
+    }
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (errno || *end || env[0] == '-' || v < 256 || v > (1ull << 30))
+        return mango_error(MANGO_EINVAL, "MANGO_DATA_RANGES=%s: expected 0 (off), 1 (stores of %u bytes or "
+                           "more are data ranges) or the smallest such store in bytes, 256 to 1073741824",
+                           env, DEDUP_RANGE_MIN);
+    *out = (size_t)v;
+    return MANGO_OK;
+}
+
 /* The log ring of a new pool when the configuration leaves it 0. On a disk
  * (fs mode) the log is also the checkpoint distance: the backend writes the
  * mirror once per quarter of the log (backend.c), and every round rewrites
@@ -573,10 +598,7 @@ static int open_durable(const mango_config *cfg, int *status)
     if (rc)
         goto fail_heap;
     rt.verify = capture_verify_enabled();
-    /* Data ranges (capture/dedup_set.h), unless the verifier (which compares
-     * blocks) is on; MANGO_DATA_RANGES=0 turns them off for comparisons. */
-    const char *dr = getenv("MANGO_DATA_RANGES");
-    capture_set_data_ranges(!rt.verify && !(dr && strcmp(dr, "0") == 0));
+    capture_set_data_ranges(rt.verify ? 0 : rt.data_range_min); /* the verifier compares blocks */
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
     big_batch_writer_init(&rt.big);
     rc = setup_fs_log_writes(p);
@@ -629,9 +651,14 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         return mango_error(MANGO_EINVAL, "heap_base %#lx is not page aligned", (unsigned long)cfg.heap_base);
     if (cfg.mode > MANGO_PERSIST_SIM)
         return mango_error(MANGO_EINVAL, "unknown persistence mode %d", (int)cfg.mode);
+    size_t range_min; /* checked before the pool is touched */
+    int rc0 = data_range_min_of(&range_min);
+    if (rc0)
+        return rc0;
     split_alloc_link_anchor();
     libc_interpose_link_anchor();
     memset(&rt, 0, sizeof rt);
+    rt.data_range_min = range_min;
     mango_error_reset_fatal();
     rt.cb = *cb;
     rt.cfg = cfg;

@@ -10,7 +10,8 @@
  *     batch survive a restart byte for byte, and the rewritten one is logged
  *     once;
  *   - MANGO_DATA_RANGES=0 logs the same batches as blocks (the comparison
- *     switch), with the same result.
+ *     switch), with the same result; a size sets the smallest store logged
+ *     as a range; a bad value is refused before the pool is made.
  * Usage: test_data_range_entries [child off POOL]
  */
 #include <stdio.h>
@@ -258,6 +259,47 @@ static uint64_t end_to_end(const char *pool, int ranges_expected)
     return bytes;
 }
 
+/* MANGO_DATA_RANGES: bad values are refused before the pool is made; a size
+ * sets the smallest store logged as a range. */
+static void setting_checks(const char *pool)
+{
+    static const char *bad[] = {"abc", "100", "-5", "4096x", "2000000000", "255"};
+    for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        unlink(pool);
+        setenv("MANGO_DATA_RANGES", bad[i], 1);
+        int rc = start(pool);
+        CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_DATA_RANGES") != NULL);
+        CHECK(access(pool, F_OK) != 0); /* nothing made */
+        if (rc >= 0)
+            mango_shutdown();
+    }
+    printf("a bad value: %s\n", mango_last_error());
+    setenv("MANGO_DATA_RANGES", "2048", 1);
+    unlink(pool);
+    if (start(pool) != MANGO_FRESH) {
+        CHECK(!"start with MANGO_DATA_RANGES=2048");
+        unsetenv("MANGO_DATA_RANGES");
+        return;
+    }
+    char src[3000];
+    memset(src, 7, sizeof src);
+    mango_stats a, b, c;
+    mango_get_stats(&a);
+    CHECK(mango_batch_begin() == MANGO_OK);
+    memcpy(st->a, src, 3000); /* a range at this setting */
+    CHECK(mango_batch_end() == MANGO_OK);
+    mango_get_stats(&b);
+    CHECK(mango_batch_begin() == MANGO_OK);
+    memcpy(st->b, src, 2000); /* blocks */
+    CHECK(mango_batch_end() == MANGO_OK);
+    mango_get_stats(&c);
+    CHECK(b.log_data_ranges - a.log_data_ranges == 1 && b.log_data_bytes - a.log_data_bytes == 3000);
+    CHECK(c.log_data_ranges == b.log_data_ranges);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unsetenv("MANGO_DATA_RANGES");
+    unlink(pool);
+}
+
 int main(int argc, char **argv)
 {
     char pool[64];
@@ -268,6 +310,7 @@ int main(int argc, char **argv)
     format_checks();
     snprintf(pool, sizeof pool, "/dev/shm/mango-drange-%d.pool", (int)getpid());
     end_to_end(pool, 1);
+    setting_checks(pool);
     /* MANGO_DATA_RANGES is read at mango_init: a child process with it off. */
     pid_t pid = fork();
     if (pid == 0) {
