@@ -551,10 +551,11 @@ def test_heap_root_of_another_version(workdir, version):
 BIG_BATCH = os.environ.get("BIG_BATCH_BIN")
 
 
-def make_pending_big_batch(d, attempts=10):
+def make_pending_big_batch(d, attempts=10, batches="3"):
     """A pool whose last committed frame names POOL.bigbatch and is not yet
     applied: tests/unit/test_big_batch.c's `die` runs batches 1-3 (3 writes 1
-    MiB: a big batch in the 256 KiB log) and SIGKILLs itself at once; the
+    MiB as 32-byte blocks: a big batch in the 256 KiB log; with batches="6",
+    batch 6 writes it as one data range) and SIGKILLs itself at once; the
     backend waits a millisecond before applying, so this nearly always
     lands. Returns the pool's path."""
     p = os.path.join(d, "big")
@@ -562,7 +563,7 @@ def make_pending_big_batch(d, attempts=10):
         for f in (p, p + ".bigbatch"):
             if os.path.exists(f):
                 os.unlink(f)
-        r = run(BIG_BATCH, "die", p, "3", "-")
+        r = run(BIG_BATCH, "die", p, batches, "-")
         assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr)
         c = check(p)
         assert c.returncode == 0, c.stderr
@@ -619,3 +620,22 @@ def test_big_batch_file_missing_or_damaged(workdir):
     v = run(BIG_BATCH, "verify", "emulated", p, "3", "-")
     assert v.returncode == 20, (v.returncode, v.stdout, v.stderr)  # recovered, the big batch replayed
     assert not os.path.exists(big), "recovery leaves the big-batch file behind"
+
+
+@pytest.mark.skipif(not (BIG_BATCH and os.access(BIG_BATCH, os.X_OK)),
+                    reason="set BIG_BATCH_BIN to the built test_big_batch")
+def test_inspect_shows_data_ranges(workdir):
+    """A pending batch that wrote 1 MiB in one store holds one data range
+    (docs/pool-format.md): `mango inspect` counts it, with its bytes, in
+    JSON and text; `mango check` validates it; recovery replays it."""
+    p = make_pending_big_batch(workdir, batches="6")
+    info = inspect_json(p)
+    last = info["log"]["frames"][-1]
+    assert last["big_batch_file"] is True and last["data_ranges"] == 1, last
+    assert last["data_range_bytes"] == 1 << 20, last
+    assert all(f["data_ranges"] == 0 for f in info["log"]["frames"][:-1]), info["log"]["frames"]
+    text = run(MANGO, "inspect", p).stdout
+    assert "(1 data range, 1048576 bytes)" in text, text
+    assert check(p).returncode == 0
+    v = run(BIG_BATCH, "verify", "emulated", p, "6", "-")
+    assert v.returncode == 20, (v.returncode, v.stdout, v.stderr)  # recovered, the big batch replayed

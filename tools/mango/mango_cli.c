@@ -96,7 +96,9 @@ static const char *inspect_usage =
     "OPTIONS\n"
     "    --json      machine-readable output: one JSON object; the log summary\n"
     "                lists every pending frame with its LSN and file offset, and\n"
-    "                whether its blocks are in the big-batch file POOL.bigbatch\n"
+    "                whether its blocks are in the big-batch file POOL.bigbatch,\n"
+    "                and how many data ranges (large stores logged as their\n"
+    "                bytes) it holds, with their bytes\n"
     "    -h, --help  print this text and exit\n"
     "\n"
     "EXIT STATUS\n"
@@ -205,7 +207,26 @@ static void json_str(FILE *o, const char *s, size_t max)
 typedef struct frame_info {
     uint64_t lsn, seq, entries, bytes;
     bool big; /* its entries are in the big-batch file */
+    uint64_t data_ranges, data_bytes; /* its data-range entries and their bytes */
 } frame_info;
+
+/* Count a frame's data ranges (stepping over their bytes; stops at a
+ * malformed one, which the check reports). */
+static void count_data_ranges(const log_frame *f, const log_entry *e, frame_info *fi)
+{
+    for (uint64_t i = 0; i < f->n_entries;) {
+        if (!log_entry_is_data(&e[i])) {
+            i++;
+            continue;
+        }
+        uint64_t slots = log_entry_slots(&e[i]);
+        if (slots == 0 || slots > f->n_entries - i)
+            return;
+        fi->data_ranges++;
+        fi->data_bytes += log_entry_data_len(&e[i]);
+        i += slots;
+    }
+}
 
 typedef struct scan_ctx {
     const pool *p;
@@ -301,7 +322,9 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
         /* big_batch_visit passes a big batch's frame with the file's entry
          * count, more than the frame itself could hold */
         bool big = sizeof(log_frame) + (uint64_t)f->n_entries * sizeof(log_entry) > f->frame_bytes;
-        c->frames[c->nframes++] = (frame_info){f->lsn, f->seq, f->n_entries, f->frame_bytes, big};
+        frame_info *fi = &c->frames[c->nframes++];
+        *fi = (frame_info){f->lsn, f->seq, f->n_entries, f->frame_bytes, big, 0, 0};
+        count_data_ranges(f, e, fi);
     }
     return 0;
 }
@@ -391,11 +414,18 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     }
     size_t show = c->nframes < 8 ? c->nframes : 8;
     for (size_t i = 0; i < show; i++)
+    {
+        char ranges[96] = "";
+        if (c->frames[i].data_ranges)
+            snprintf(ranges, sizeof ranges, " (%" PRIu64 " data range%s, %" PRIu64 " bytes)",
+                     c->frames[i].data_ranges, c->frames[i].data_ranges == 1 ? "" : "s",
+                     c->frames[i].data_bytes);
         printf("  frame seq %" PRIu64 " lsn %" PRIu64 " file offset %#" PRIx64 ": %" PRIu64
-               " blocks, %" PRIu64 " bytes%s\n",
+               " blocks%s, %" PRIu64 " bytes%s\n",
                c->frames[i].seq, c->frames[i].lsn, h->log_offset + c->frames[i].lsn % h->log_size,
-               c->frames[i].entries, c->frames[i].bytes,
+               c->frames[i].entries, ranges, c->frames[i].bytes,
                c->frames[i].big ? " (the blocks are in the big-batch file)" : "");
+    }
     if (c->nframes > show)
         printf("  ... %zu more frames (--json lists all)\n", c->nframes - show);
 }
@@ -465,9 +495,10 @@ static void print_json(const char *path, const pool *p, const log_scan_result *r
     for (size_t i = 0; i < c->nframes; i++) {
         const frame_info *f = &c->frames[i];
         fprintf(o, "%s\n      {\"lsn\": %" PRIu64 ", \"offset\": %" PRIu64 ", \"seq\": %" PRIu64
-                   ", \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"big_batch_file\": %s}",
+                   ", \"entries\": %" PRIu64 ", \"bytes\": %" PRIu64 ", \"big_batch_file\": %s"
+                   ", \"data_ranges\": %" PRIu64 ", \"data_range_bytes\": %" PRIu64 "}",
                 i ? "," : "", f->lsn, h->log_offset + f->lsn % h->log_size, f->seq, f->entries, f->bytes,
-                f->big ? "true" : "false");
+                f->big ? "true" : "false", f->data_ranges, f->data_bytes);
     }
     fprintf(o, "%s]\n  }\n}\n", c->nframes ? "\n    " : "");
 }
