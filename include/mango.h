@@ -248,8 +248,6 @@ typedef struct mango_stats {
                                   * (memalign's blocks are counted whole) */
     uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
     uint64_t log_zero_ranges;    /* zero-range entries logged (callocs of reused heap memory) */
-    uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
-    uint64_t log_data_bytes;     /* the bytes they carried */
     uint64_t log_capacity;       /* bytes of the redo log ring */
     uint64_t log_unapplied_bytes;/* committed log the backend has not applied to the mirror yet */
     uint64_t batches_in_flight;  /* submitted batches whose log sync has not completed */
@@ -258,6 +256,8 @@ typedef struct mango_stats {
     uint64_t heap_capacity;      /* bytes the durable heap may grow to (mango_heap_room) */
     uint64_t recovery_frames_replayed; /* committed batches this process's start replayed from the log */
     uint64_t recovery_blocks_replayed; /* their entries (a big batch's from its file) */
+    uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
+    uint64_t log_data_bytes;     /* the bytes they carried */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -140,6 +140,7 @@ void dedup_add_data_range(dedup_set *s, uintptr_t addr, size_t len)
     if (s->rng_n == s->rng_cap)
         ranges_grow(s);
     s->rng[s->rng_n++] = (dedup_range){.addr = addr, .len = len};
+    s->rng_merged = false;
     s->rng_slots += DEDUP_RANGE_SLOTS(len);
     s->rng_bytes += len;
     /* Merging whenever the count doubles keeps the list within twice the
@@ -168,7 +169,7 @@ static void sort_ranges(dedup_range *r, uint64_t n)
 
 void dedup_merge_ranges(dedup_set *s)
 {
-    if (s->rng_n == 0)
+    if (s->rng_n == 0 || s->rng_merged)
         return;
     sort_ranges(s->rng, s->rng_n);
     uint64_t out = 0;
@@ -189,6 +190,7 @@ void dedup_merge_ranges(dedup_set *s)
         s->rng_slots += DEDUP_RANGE_SLOTS(s->rng[i].len);
         s->rng_bytes += s->rng[i].len;
     }
+    s->rng_merged = true;
     uint64_t next = s->rng_n * 2;
     s->rng_merge_at = next > RANGES_FIRST_MERGE ? next : RANGES_FIRST_MERGE;
 }

@@ -76,6 +76,7 @@ typedef struct dedup_set {
     uint64_t rng_n, rng_cap, rng_merge_at;
     uint64_t rng_slots; /* log slots of rng[0..rng_n) as they stand */
     uint64_t rng_bytes; /* and their bytes */
+    bool rng_merged;    /* rng is merged: nothing added since the last merge */
 } dedup_set;
 
 void dedup_init(dedup_set *s);

@@ -772,8 +772,7 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity)
     if (rt.up && rt.durable) {
         c = (uint64_t)redo_log_max_entries(&rt.log) * LOG_BLOCK_SIZE;
         if (batch_open_here) {
-            if (rt.set->rng_n > 1)
-                dedup_merge_ranges(rt.set); /* (batch_end merges them anyway) */
+            dedup_merge_ranges(rt.set); /* (once per new range; batch_end merges anyway) */
             u = (dedup_log_slots(rt.set) + n_zero) * LOG_BLOCK_SIZE;
         }
     }

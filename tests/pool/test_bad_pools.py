@@ -584,7 +584,7 @@ def test_big_batch_file_missing_or_damaged(workdir):
     info = inspect_json(p)
     assert info["log"]["committed_frames"] == 1 and info["log"]["blocks"] > 32768, info["log"]
     assert info["log"]["frames"][0]["big_batch_file"] is True, info["log"]
-    assert "(the blocks are in the big-batch file)" in run(MANGO, "inspect", p).stdout
+    assert "(the entries are in the big-batch file)" in run(MANGO, "inspect", p).stdout
     saved = os.path.join(workdir, "saved")
     shutil.copyfile(big, saved)
 

@@ -89,14 +89,14 @@ static const char *inspect_usage =
     "      - both log head slots: checksum valid, advance, head_lsn, next_seq,\n"
     "        generation, clean flag; the newest valid slot is marked;\n"
     "      - the redo log from the newest head: committed frames still pending\n"
-    "        replay, their blocks, the end LSN, and whether an incomplete (torn)\n"
+    "        replay, their entries, the end LSN, and whether an incomplete (torn)\n"
     "        last frame follows them, with the reason.\n"
     "    The pool is opened read-only and never modified.\n"
     "\n"
     "OPTIONS\n"
     "    --json      machine-readable output: one JSON object; the log summary\n"
     "                lists every pending frame with its LSN and file offset, and\n"
-    "                whether its blocks are in the big-batch file POOL.bigbatch,\n"
+    "                whether its entries are in the big-batch file POOL.bigbatch,\n"
     "                and how many data ranges (large stores logged as their\n"
     "                bytes) it holds, with their bytes\n"
     "    -h, --help  print this text and exit\n"
@@ -399,7 +399,7 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     }
     printf("log (from the newest head, lsn %" PRIu64 "):\n", p->head.head_lsn);
     printf("  committed frames pending replay  %" PRIu64 "\n", res->frames);
-    printf("  blocks in them                   %" PRIu64 "\n", res->entries);
+    printf("  entries in them                  %" PRIu64 "\n", res->entries);
     printf("  end lsn                          %" PRIu64 " (%" PRIu64 " bytes of log)\n", res->end_lsn,
            res->end_lsn - p->head.head_lsn);
     if (scan_rc == MANGO_OK) {
@@ -421,10 +421,10 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
                      c->frames[i].data_ranges, c->frames[i].data_ranges == 1 ? "" : "s",
                      c->frames[i].data_bytes);
         printf("  frame seq %" PRIu64 " lsn %" PRIu64 " file offset %#" PRIx64 ": %" PRIu64
-               " blocks%s, %" PRIu64 " bytes%s\n",
+               " entries%s, %" PRIu64 " bytes%s\n",
                c->frames[i].seq, c->frames[i].lsn, h->log_offset + c->frames[i].lsn % h->log_size,
                c->frames[i].entries, ranges, c->frames[i].bytes,
-               c->frames[i].big ? " (the blocks are in the big-batch file)" : "");
+               c->frames[i].big ? " (the entries are in the big-batch file)" : "");
     }
     if (c->nframes > show)
         printf("  ... %zu more frames (--json lists all)\n", c->nframes - show);
