@@ -659,19 +659,37 @@ static int copies_argument_bytes(const struct redisCommand *cmd)
            p == delCommand || p == unlinkCommand;
 }
 
+/* Commands that keep only their value arguments: setKey()/dbAdd() store the
+ * value object itself but copy the key (sdsdup). 1: argument j is such a
+ * value (made durable before the command runs); 0: it may stay transient
+ * (checked when the command ends, as for copies_argument_bytes); -1: not
+ * such a command. An MSET of 10 keys copied 20 arguments into the durable
+ * heap and freed them after, for 10 that it keeps. Not SETEX, PSETEX, nor SET
+ * with options: a relative expiry makes them rewrite their argument vector
+ * for propagation (SET key value PXAT ms), which the end-of-command check
+ * cannot tell from a kept argument. */
+static int value_argument(const client *c, int j)
+{
+    redisCommandProc *p = c->cmd->proc;
+    if ((p == setCommand && c->argc == 3) || p == setnxCommand || p == getsetCommand) return j == 2;
+    if (p == msetCommand || p == msetnxCommand) return j % 2 == 0;
+    return -1;
+}
+
 static int is_durable_ptr(const void *o)
 {
     uintptr_t p = (uintptr_t)o;
     return p >= heap_lo && p < heap_hi;
 }
 
-/* The transient arguments' fingerprint; -1 if one is shared (refcount != 1). */
+/* The transient arguments' fingerprint (value arguments, which are made
+ * durable, left out); -1 if one is shared (refcount != 1). */
 static int transient_argv_sum(client *c, uint64_t *sum)
 {
     uint64_t s = 0;
     for (int j = 1; j < c->argc; j++) {
         robj *o = c->argv[j];
-        if (is_durable_ptr(o)) continue;
+        if (is_durable_ptr(o) || value_argument(c, j) == 1) continue;
         if (o->refcount != 1) return -1;
         s += (uint64_t)(uintptr_t)o * (uint64_t)(2 * j + 1);
     }
@@ -685,7 +703,7 @@ static int keep_transient_argv(client *c)
     /* Only a top-level command: inside EXEC or a script, references taken by
      * an inner command (client tracking's pending invalidations, propagation)
      * are released when the outer call() ends, after the inner check. */
-    if (call_depth != 1 || !copies_argument_bytes(c->cmd)) return 0;
+    if (call_depth != 1 || !(copies_argument_bytes(c->cmd) || value_argument(c, 1) >= 0)) return 0;
     if (server.aof_state != AOF_OFF || server.repl_backlog != NULL || listLength(server.slaves) != 0)
         return 0;
     if (server.blocked_clients != 0)
@@ -710,12 +728,14 @@ static void check_transient_argv(client *c)
     _exit(1);
 }
 
-static void durable_argv(client *c)
+/* values_only: only the value arguments of a value_argument() command. */
+static void durable_argv(client *c, int values_only)
 {
     for (int j = 1; j < c->argc; j++) { /* argv[0], the command name, is never stored */
         robj *o = c->argv[j];
         if (is_durable_ptr(o)) continue; /* already durable */
         if (o->type != OBJ_STRING) continue;
+        if (values_only && value_argument(c, j) != 1) continue;
         c->argv[j] = dupStringObject(o);
         decrRefCount(o);
     }
@@ -808,8 +828,12 @@ int mangoCallBegin(client *c)
         /* Decided before the write section opens: its record is not logged. */
         int keep = keep_transient_argv(c);
         mangoWriteBegin();
-        if (keep) write = 2; /* checked in mangoCallEnd */
-        else durable_argv(c);
+        if (keep) {
+            write = 2; /* checked in mangoCallEnd */
+            if (value_argument(c, 1) >= 0) durable_argv(c, 1); /* the values it keeps */
+        } else {
+            durable_argv(c, 0);
+        }
         /* cmd_dep takes this batch's ticket in mangoWriteEnd (paused); inside
          * the write section replies use the open batch's ticket directly. */
         uint64_t t = mango_reply_ticket(); /* the open batch's */

@@ -1814,21 +1814,25 @@ def test_read_dependency_mutant_is_caught(server_factory):
 def test_kept_transient_argument_stops_the_server(server_factory):
     """Listed write commands (HSET, LPUSH, ...) run on their transient
     arguments, and the adapter checks after each that it kept none. The test
-    hook lists SET, which keeps its value object in the keyspace: the check
-    must stop the server before the batch commits, so the SET is neither
-    acknowledged nor recovered, and what came before is."""
-    s = server_factory("emulated", env={"MANGO_REDIS_TEST_COPYING_COMMAND": "set"})
+    hook lists APPEND, which keeps its value object in the keyspace when the
+    key is new: the check must stop the server before the batch commits, so
+    the APPEND is neither acknowledged nor recovered, and what came before
+    is. (SET used to be the example; it now has its value, and only its
+    value, made durable before it runs.)"""
+    s = server_factory("emulated", env={"MANGO_REDIS_TEST_COPYING_COMMAND": "append"})
     r = s.client()
     assert r.hset("h", "f", "v") == 1 and r.rpush("l", "a", "b") == 2
+    assert r.set("s", "v") and r.mset({"m1": "a", "m2": "b"})
     with pytest.raises(RedisConnectionError):
-        r.set("k", "v")
+        r.append("k", "v")
     assert s.proc.wait(timeout=60) == 1
-    assert "set kept or replaced a transient argument" in s.logtext()
+    assert "append kept or replaced a transient argument" in s.logtext()
     s.proc = None
     s.env.pop("MANGO_REDIS_TEST_COPYING_COMMAND")
     assert s.start() == "RECOVERED"
     r = s.client()
     assert r.hgetall("h") == {b"f": b"v"} and r.lrange("l", 0, -1) == [b"a", b"b"]
+    assert r.get("s") == b"v" and r.mget("m1", "m2") == [b"a", b"b"]
     assert r.exists("k") == 0
 
 
