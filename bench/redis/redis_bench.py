@@ -17,6 +17,9 @@ Systems (--systems):
                      "Gathering a batch under load")
   durable-fs-blocks  durable-fs with MANGO_DATA_RANGES=0: large stores logged as
                      32-byte blocks, as before data ranges (not default)
+  durable-fs-always-pipelined  durable-fs with MANGO_REDIS_INLINE_IDLE=0: every
+                     batch goes to the sync thread, even when the loop has
+                     nothing else to do (not default; docs/redis.md)
   stock-none         /usr/bin/redis-server, --save "" --appendonly no
   stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
   stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
@@ -83,6 +86,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "durable-fs-nogather", "durable-fs-blocks",
+               "durable-fs-always-pipelined",
                "stock-none", "stock-aof-always",
                "stock-aof-everysec", "stock-aof-always-shm"]
 DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"]
@@ -211,12 +215,15 @@ class Server:
             self.env.pop("MANGO_PIPELINE", None)  # from the caller's environment: not for durable-fs
             self.env.pop("MANGO_REDIS_GATHER_US", None)
             self.env.pop("MANGO_DATA_RANGES", None)
+            self.env.pop("MANGO_REDIS_INLINE_IDLE", None)
             if system == "durable-fs-inline":
                 self.env["MANGO_PIPELINE"] = "0"
             if system == "durable-fs-nogather":
                 self.env["MANGO_REDIS_GATHER_US"] = "0"
             if system == "durable-fs-blocks":
                 self.env["MANGO_DATA_RANGES"] = "0"
+            if system == "durable-fs-always-pipelined":
+                self.env["MANGO_REDIS_INLINE_IDLE"] = "0"
             if pool_size or args.pool_size:
                 self.env["MANGO_POOL_SIZE"] = pool_size or args.pool_size
             if args.log_size:
@@ -489,6 +496,8 @@ def write_md(args, rows, path, meta, recovery_rows):
             ratio_cols.append(("durable-fs-inline", "stock-aof-always"))
         if "durable-fs-nogather" in systems and "stock-aof-always" in systems:
             ratio_cols.append(("durable-fs-nogather", "stock-aof-always"))
+        if "durable-fs-always-pipelined" in systems and "stock-aof-always" in systems:
+            ratio_cols.append(("durable-fs-always-pipelined", "stock-aof-always"))
         if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
             ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
         if ratio_cols:
@@ -571,6 +580,7 @@ def plot(rows, outdir):
     style = {"durable-emulated": ("tab:blue", "o", "-"), "durable-fs": ("tab:orange", "s", "-"),
              "durable-fs-inline": ("tab:brown", "P", "-"), "durable-fs-nogather": ("tab:olive", "X", "-"),
              "durable-fs-blocks": ("tab:cyan", "*", "-"),
+             "durable-fs-always-pipelined": ("tab:pink", "h", "-"),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
