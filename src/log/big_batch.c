@@ -117,24 +117,25 @@ void big_batch_put(big_batch_writer *w, uintptr_t block, uint32_t mask)
     memcpy(e->data, (const void *)block, LOG_BLOCK_SIZE);
 }
 
-void big_batch_put_zero(big_batch_writer *w, uintptr_t addr, uint64_t len)
+/* A zero range's or data range's header entry: tagged address, length. */
+static void put_range_header(big_batch_writer *w, uint64_t tagged_addr, uint64_t len)
 {
     log_entry *e = next_entry(w);
-    e->addr = LOG_ZERO_TAG | addr;
+    e->addr = tagged_addr;
     e->mask = 0;
     e->reserved = 0;
     memset(e->data, 0, LOG_BLOCK_SIZE);
     memcpy(e->data, &len, sizeof len);
 }
 
+void big_batch_put_zero(big_batch_writer *w, uintptr_t addr, uint64_t len)
+{
+    put_range_header(w, LOG_ZERO_TAG | addr, len);
+}
+
 void big_batch_put_data(big_batch_writer *w, uintptr_t addr, uint64_t len)
 {
-    log_entry *e = next_entry(w);
-    e->addr = LOG_DATA_TAG | addr;
-    e->mask = 0;
-    e->reserved = 0;
-    memset(e->data, 0, LOG_BLOCK_SIZE);
-    memcpy(e->data, &len, sizeof len);
+    put_range_header(w, LOG_DATA_TAG | addr, len);
     uint64_t slots = LOG_DATA_PAYLOAD_SLOTS(len), pad = slots * sizeof(log_entry) - len;
     /* The bytes go to the file straight from memory (in the file they are
      * contiguous, as in a frame); the zero padding after them through the

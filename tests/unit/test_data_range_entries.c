@@ -25,30 +25,11 @@
 #include "mango.h"
 
 #include "check.h"
+#include "hand_pool.h"
 #include "test_config.h"
 
 /* ---- part 1: the format, on a pool built by hand ---- */
 
-#define HEAP_VA 0x600000000000ull
-#define HEAP_SIZE (1u << 20)
-#define DATA_VA 0x555500000000ull
-#define DATA_SIZE 4096u
-
-static pool p;
-static char *mirror;
-
-static void setup(void)
-{
-    mirror = calloc(1, HEAP_SIZE + 2 * DATA_SIZE);
-    memset(mirror, 0x5A, HEAP_SIZE); /* stale bytes */
-    p.base = mirror;
-    p.size = HEAP_SIZE + 2 * DATA_SIZE;
-    p.pd.mode = PERSIST_EMULATED;
-    p.nregions = 2;
-    p.regions[0] = (pool_region){.kind = POOL_REGION_HEAP, .vaddr = HEAP_VA, .size = HEAP_SIZE, .mirror_offset = 0};
-    p.regions[1] = (pool_region){.kind = POOL_REGION_DATA, .vaddr = DATA_VA, .size = DATA_SIZE,
-                                 .mirror_offset = HEAP_SIZE, .bitmap_offset = HEAP_SIZE + DATA_SIZE};
-}
 
 /* A frame's entries holding one data range of len bytes of `fill` at va;
  * returns the number of entries. */
@@ -71,7 +52,7 @@ static int check_n(const log_entry *e, uint32_t n)
 
 static void format_checks(void)
 {
-    setup();
+    hand_pool_setup();
     static log_entry e[512];
     uint32_t n = data_entries(e, HEAP_VA + 100, 5000, 0x11); /* any alignment */
     CHECK(n == 1 + 105);

@@ -13,27 +13,8 @@
 #include "mango.h"
 
 #include "check.h"
+#include "hand_pool.h"
 
-#define HEAP_VA 0x600000000000ull
-#define HEAP_SIZE (1u << 20)
-#define DATA_VA 0x555500000000ull
-#define DATA_SIZE 4096u
-
-static pool p;
-static char *mirror;
-
-static void setup(void)
-{
-    mirror = calloc(1, HEAP_SIZE + 2 * DATA_SIZE);
-    memset(mirror, 0x5A, HEAP_SIZE); /* stale bytes */
-    p.base = mirror;
-    p.size = HEAP_SIZE + 2 * DATA_SIZE;
-    p.pd.mode = PERSIST_EMULATED;
-    p.nregions = 2;
-    p.regions[0] = (pool_region){.kind = POOL_REGION_HEAP, .vaddr = HEAP_VA, .size = HEAP_SIZE, .mirror_offset = 0};
-    p.regions[1] = (pool_region){.kind = POOL_REGION_DATA, .vaddr = DATA_VA, .size = DATA_SIZE,
-                                 .mirror_offset = HEAP_SIZE, .bitmap_offset = HEAP_SIZE + DATA_SIZE};
-}
 
 static log_entry zero_entry(uint64_t va, uint64_t len)
 {
@@ -52,7 +33,7 @@ static int check_one(log_entry e)
 
 int main(void)
 {
-    setup();
+    hand_pool_setup();
     /* Well-formed and malformed zero ranges. */
     CHECK(check_one(zero_entry(HEAP_VA + 4096, 8192)) == MANGO_OK);
     CHECK(check_one(zero_entry(HEAP_VA, HEAP_SIZE)) == MANGO_OK);             /* the whole region */
