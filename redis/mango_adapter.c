@@ -47,7 +47,7 @@
  * is held: the batch is sealed and goes with the next sync anyway. With
  * nothing waiting, epoll_wait would sleep, so nothing is held either.
  *
- * Syncing on the loop when it would only wait (sync_here): under the same
+ * Syncing on the loop when it would only wait (commit_choice): under the same
  * load, while writes are at least 30 % of the commands, a batch that is not
  * held, with no sync in flight and no request waiting, is committed by the
  * loop itself (mango_batch_end), as AOF-always does, instead of going to the
@@ -402,39 +402,31 @@ static uint64_t monotonic_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* At a pass's end, with a batch open: keep it open for the next pass? */
-static int gather_more(void)
-{
-    if (!pipelined || !gather_ns) return 0;
-    if (cmds_per_pass_x16 < (uint64_t)gather_min_cmds * 16) return 0;
-    if (monotonic_ns() - batch_opened_ns >= gather_ns) return 0;
-    uint64_t durable = 0;
-    if (mango_durable_ticket(&durable) != MANGO_OK) return 0; /* let the submit report it */
-    if (durable + 1 < mango_reply_ticket()) return 0;        /* a sync is in flight */
-    struct pollfd p = {.fd = aeGetPollFd(server.el), .events = POLLIN};
-    return poll(&p, 1, 0) > 0; /* an epoll fd is readable while any of its events is ready */
-}
+/* How mangoCommit() ends a pass's open batch. */
+enum { COMMIT_SUBMIT, COMMIT_HOLD, COMMIT_HERE };
 
-/* At a pass's end, with a batch to commit: sync it on the loop itself, as
- * AOF-always does, instead of handing it to the sync thread? When no sync is
- * in flight and no request waits on the loop, the loop would only sleep
- * until the sync thread is done; syncing here saves the two thread wake-ups
- * and, on a busy machine, the sync thread's wait for a CPU. */
-static int sync_here(void)
+/* Under load (at least gather_min_cmds commands per pass on average) and
+ * with no sync in flight, one look at the event loop decides:
+ *   - requests wait: hold the batch open into the next pass (gathering), for
+ *     at most gather_ns after it opened;
+ *   - nothing waits, and writes are at least 30 % of the commands: sync it on
+ *     the loop itself, as AOF-always does. The loop would only sleep until
+ *     the sync thread is done; syncing here saves the two thread wake-ups
+ *     and, on a busy machine, the sync thread's wait for a CPU. Not with few
+ *     clients (8 YCSB clients lost 10-20 %: a loop blocked in a sync cannot
+ *     take the next request) nor with mostly reads (reads arriving during the
+ *     sync wait for it: YCSB U10, 32 clients, 91 k against 105 k).
+ * Otherwise the batch goes to the sync thread. */
+static int commit_choice(void)
 {
-    if (!pipelined || !inline_when_idle) return 0;
-    /* Only under load (the gathering gate's measure): with few clients the
-     * loop blocked in a sync cannot serve the next request meanwhile (8
-     * YCSB clients lost 10-20 % of their throughput). And only while writes
-     * are at least 30 % of the commands: reads that arrive during the sync
-     * would wait for it (YCSB U10, 32 clients: 91 k against 105 k). */
-    if (cmds_per_pass_x16 < (uint64_t)gather_min_cmds * 16) return 0;
-    if (writes_per_pass_x16 * 10 < cmds_per_pass_x16 * 3) return 0;
+    if (!pipelined || cmds_per_pass_x16 < (uint64_t)gather_min_cmds * 16) return COMMIT_SUBMIT;
     uint64_t durable = 0;
-    if (mango_durable_ticket(&durable) != MANGO_OK) return 0; /* let the submit report it */
-    if (durable + 1 < mango_reply_ticket()) return 0;        /* a sync is in flight */
+    if (mango_durable_ticket(&durable) != MANGO_OK) return COMMIT_SUBMIT; /* let the submit report it */
+    if (durable + 1 < mango_reply_ticket()) return COMMIT_SUBMIT;        /* a sync is in flight */
     struct pollfd p = {.fd = aeGetPollFd(server.el), .events = POLLIN};
-    return poll(&p, 1, 0) == 0;
+    if (poll(&p, 1, 0) > 0) /* an epoll fd is readable while any of its events is ready */
+        return gather_ns && monotonic_ns() - batch_opened_ns < gather_ns ? COMMIT_HOLD : COMMIT_SUBMIT;
+    return inline_when_idle && writes_per_pass_x16 * 10 >= cmds_per_pass_x16 * 3 ? COMMIT_HERE : COMMIT_SUBMIT;
 }
 
 void mangoWriteBegin(void)
@@ -512,11 +504,12 @@ void mangoCommit(void)
     if (mangoReleaseStep()) aeSetDontWait(server.el, 1);
     if (mango_batch_open()) {
         serverAssert(write_depth == 0);
-        if (gather_more()) {
+        int how = commit_choice();
+        if (how == COMMIT_HOLD) {
             gather_holds++;
             return;
         }
-        if (sync_here()) {
+        if (how == COMMIT_HERE) {
             inline_commits++;
             int rc = mango_batch_end();
             if (rc != MANGO_OK) die("mango_batch_end (inline commit)", rc);

@@ -251,6 +251,17 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
+/* Apply [addr, addr+len) -- the bytes at src, or zeros if src is NULL -- to
+ * our copy of the heap root, where they overlap it. */
+static void preview_root(scan_ctx *c, uint64_t addr, uint64_t len, const char *src)
+{
+    if (!c->heap)
+        return;
+    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
+    for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
+        ((char *)&c->root)[x - lo] = src ? src[x - addr] : 0;
+}
+
 static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
 {
     scan_ctx *c = arg;
@@ -265,12 +276,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                        "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
                                        "data range at %#" PRIx64 " (%" PRIu64 " bytes)",
                                        f->lsn, f->seq, i, da, n);
-                if (c->heap) {
-                    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
-                    const char *src = (const char *)&e[i + 1];
-                    for (uint64_t x = da > lo ? da : lo; x < da + n && x < hi; x++)
-                        ((char *)&c->root)[x - lo] = src[x - da];
-                }
+                preview_root(c, da, n, (const char *)&e[i + 1]);
                 i += (uint32_t)log_entry_slots(&e[i]) - 1;
                 continue;
             }
@@ -282,11 +288,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                        "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
                                        "zero range at %#" PRIx64 " (%" PRIu64 " bytes)",
                                        f->lsn, f->seq, i, za, n);
-                if (c->heap) {
-                    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
-                    for (uint64_t x = za > lo ? za : lo; x < za + n && x < hi; x++)
-                        ((char *)&c->root)[x - lo] = 0;
-                }
+                preview_root(c, za, n, NULL);
                 continue;
             }
             if (a % LOG_BLOCK_SIZE)
@@ -301,13 +303,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                    f->lsn, f->seq, i, a);
             /* Replay this block onto our copy of the heap root (heap blocks are
              * copied whole by the backend). */
-            if (c->heap) {
-                uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
-                if (a + LOG_BLOCK_SIZE > lo && a < hi) {
-                    uint64_t from = a > lo ? a : lo, to = a + LOG_BLOCK_SIZE < hi ? a + LOG_BLOCK_SIZE : hi;
-                    memcpy((char *)&c->root + (from - lo), e[i].data + (from - a), to - from);
-                }
-            }
+            preview_root(c, a, LOG_BLOCK_SIZE, (const char *)e[i].data);
         }
     }
     if (c->record) {
