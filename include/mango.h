@@ -133,8 +133,12 @@ int mango_init(const mango_config *cfg, const mango_callbacks *cb);
 int mango_shutdown(void);
 
 /* Local mode: run one client command whose request is already in ctx.
- * Returns 0 once the command ran and, if read-write, is durable; a negative
- * error code if the runtime has failed (the command did not run). */
+ * Returns 0 once the command ran and, if read-write, is durable; a read-only
+ * command returns once every write it may have seen is durable. A negative
+ * error code if the runtime has failed (the command did not run, or a log
+ * sync failed: then it must not be acknowledged). In fs and sim modes the
+ * sync of one batch overlaps the next batch: the calling thread waits for
+ * its batch after the lock is released (MANGO_PIPELINE=0: under the lock). */
 int mango_client_cmd(void *ctx);
 
 /* Event-loop mode, for single-threaded servers (e.g. Redis) that execute
@@ -233,10 +237,12 @@ typedef struct mango_stats {
     uint64_t backend_syncs;
     uint64_t overflow_blocks;/* distinct blocks past the dedup set's load limit (spill set) */
     uint64_t log_full_waits; /* times the combiner waited for log space */
-    uint64_t commit_ns_total;/* time writing + syncing frames (sampled: 1 commit in 16, scaled) */
+    uint64_t commit_ns_total;/* time writing + syncing frames (inline commits sampled: 1 in 16,
+                              * scaled; the sync thread's syncs all timed) */
     uint64_t verify_batches; /* batches checked by the capture verifier */
     uint64_t verify_missed_blocks; /* changed durable blocks it found not captured */
-    uint64_t pipelined_batches; /* batches sealed by mango_batch_submit, synced later */
+    uint64_t pipelined_batches; /* batches sealed and synced later by the sync thread
+                                 * (mango_batch_submit, and combined batches in fs/sim) */
     uint64_t pipeline_syncs;    /* syncs of the pipeline's sync thread (in frontend_syncs) */
     uint64_t backend_lowered;   /* 1: the backend runs SCHED_IDLE between boosts */
     uint64_t backend_boosts;    /* times the frontend raised it because the log filled */

@@ -32,11 +32,17 @@
  *   combiner's clear of wrflag (a release) read by a reader orders the batch's
  *   writes before the reader's reads.
  *   ctx is published by the owner's release store of READY and read by the
- *   combiner after an acquire load of READY; result is published by the
+ *   combiner after an acquire load of READY; result (and ticket) is published by the
  *   combiner's (seq_cst, hence release) store of DONE and read by the owner
  *   after an acquire load of DONE.
  *   Every store to a word someone may sleep on is seq_cst and is followed by
  *   fw_wake(); see futex_wait.h for why that cannot lose a wake-up.
+ *
+ * Pipelined commit (hooks.wait_durable): batch_end may hand the batch to a
+ * background sync and give it a ticket. The combiner stores the ticket in each
+ * of the batch's slots with the result; each owner waits for it after the
+ * write side is released, so the next batch runs while this one syncs. A
+ * reader waits for hooks.read_ticket() after it leaves the read side.
  *
  * fc_execute never allocates. The only possible allocation is glibc's own,
  * inside pthread_setspecific on a thread's first call, and only for key
@@ -70,6 +76,7 @@ typedef struct fc_slot {
     _Atomic uint32_t owned;      /* 1 while a live thread holds the slot */
     int result;                  /* valid once status == FC_DONE */
     void *ctx;                   /* valid once status == FC_READY */
+    uint64_t ticket;             /* valid once status == FC_DONE (wait_durable) */
 } fc_slot;
 
 _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
@@ -202,9 +209,16 @@ static int hook_begin(fc *f, unsigned n)
     return f->hooks.batch_begin ? f->hooks.batch_begin(f->hooks.arg, n) : 0;
 }
 
-static int hook_end(fc *f)
+static int hook_end(fc *f, uint64_t *ticket)
 {
-    return f->hooks.batch_end ? f->hooks.batch_end(f->hooks.arg) : 0;
+    return f->hooks.batch_end ? f->hooks.batch_end(f->hooks.arg, ticket) : 0;
+}
+
+/* Pipelined commit: wait, outside the lock, until what the command may have
+ * seen or done is durable. */
+static int wait_ticket(fc *f, uint64_t ticket)
+{
+    return ticket && f->hooks.wait_durable ? f->hooks.wait_durable(f->hooks.arg, ticket) : 0;
 }
 
 static uint64_t mono_ns(void)
@@ -255,6 +269,7 @@ static void combine(fc *f)
         unsigned hwm = atomic_load_explicit(&f->hwm, memory_order_seq_cst);
         note_batch_size(f, n);
         int r = hook_begin(f, n);
+        uint64_t ticket = 0;
         if (r == 0) {
             for (unsigned j = 0; j < hwm; j++) {
                 fc_slot *s = &f->slots[j];
@@ -262,7 +277,7 @@ static void combine(fc *f)
                     FC_STARTED)
                     f->hooks.process(s->ctx);
             }
-            r = hook_end(f);
+            r = hook_end(f, f->hooks.wait_durable ? &ticket : NULL);
         }
         for (unsigned j = 0; j < hwm; j++) {
             fc_slot *s = &f->slots[j];
@@ -270,6 +285,7 @@ static void combine(fc *f)
                 FC_STARTED)
                 continue;
             s->result = r;
+            s->ticket = ticket;
             atomic_store_explicit(&s->status, FC_DONE, memory_order_seq_cst);
             fw_wake(&s->status, &s->swaiters);
         }
@@ -338,7 +354,10 @@ int fc_execute(fc *f, void *ctx)
                 f->hooks.process(ctx);
                 atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
                 fw_wake(&s->rflag, &s->rwaiters);
-                return 0;
+                /* It may have read batches still in flight: every batch it
+                 * could see ended (and got its ticket) before wrflag was
+                 * cleared, so before this read_ticket call. */
+                return f->hooks.read_ticket ? wait_ticket(f, f->hooks.read_ticket(f->hooks.arg)) : 0;
             }
             /* A writer holds or is taking the lock: step aside so it can
              * finish draining readers, and wait for it to release. */
@@ -386,9 +405,10 @@ int fc_execute(fc *f, void *ctx)
         }
     }
     int r = s->result;
+    uint64_t ticket = s->ticket;
     /* Only the owner leaves DONE; the combiner is finished with the slot. */
     atomic_store_explicit(&s->status, FC_EMPTY, memory_order_relaxed);
-    return r;
+    return r == 0 ? wait_ticket(f, ticket) : r;
 }
 
 int fc_exclusive_begin(fc *f)
@@ -408,7 +428,7 @@ int fc_exclusive_begin(fc *f)
 
 int fc_exclusive_end(fc *f)
 {
-    int r = hook_end(f);
+    int r = hook_end(f, NULL);
     wr_release(f);
     return r;
 }

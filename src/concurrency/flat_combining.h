@@ -20,9 +20,19 @@ typedef struct fc_hooks {
     /* Called by the combiner before the batch runs (start_tx). A non-zero
      * return aborts the batch: no command in it runs, each waiter gets it. */
     int (*batch_begin)(void *arg, unsigned batch_size);
-    /* Called by the combiner after the batch ran (end_tx: makes it durable).
+    /* Called by the combiner after the batch ran (end_tx). ticket NULL: the
+     * batch must be durable on return. Otherwise the hook may only hand the
+     * batch to a sync in the background and store in *ticket what the batch's
+     * commands must wait for (wait_durable), or 0 if the batch is durable.
      * Its return value is handed to every command of the batch. */
-    int (*batch_end)(void *arg);
+    int (*batch_end)(void *arg, uint64_t *ticket);
+    /* Optional pipelined commit: with it, combined batches end with a ticket
+     * (see batch_end); each command's thread waits for its batch's ticket
+     * after the write side is released, and a read-only command waits for
+     * read_ticket()'s (everything ended before it read, 0 if all durable).
+     * Returns 0, or an error that replaces the command's result. */
+    int (*wait_durable)(void *arg, uint64_t ticket);
+    uint64_t (*read_ticket)(void *arg);
     /* Optional group commit: how long (ns) the combiner may wait for more
      * commands before starting a batch smaller than recent ones. 0: never. */
     uint64_t (*gather_window_ns)(void *arg);
@@ -36,9 +46,10 @@ typedef struct fc fc;
 int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks);
 void fc_destroy(fc *f);
 
-/* Run one command. Read-only: runs it in parallel with other readers, returns 0.
- * Read-write: returns once the batch holding it has ended; the result of
- * batch_end (or batch_begin's error). MANGO_EINVAL when more than max_threads
+/* Run one command. Read-only: runs it in parallel with other readers, returns
+ * 0 (or wait_durable's error). Read-write: returns once the batch holding it
+ * has ended (and, with wait_durable, is durable); the result of batch_end (or
+ * batch_begin's or wait_durable's error). MANGO_EINVAL when more than max_threads
  * threads hold slots. A thread's slot is released when the thread exits. */
 int fc_execute(fc *f, void *ctx);
 
@@ -47,7 +58,8 @@ int fc_execute(fc *f, void *ctx);
 int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg);
 
 /* The same as a span: take the write side and run batch_begin; the caller runs
- * its commands; fc_exclusive_end runs batch_end, releases, returns its result.
+ * its commands; fc_exclusive_end runs batch_end (ticket NULL), releases,
+ * returns its result.
  * Returns batch_begin's error (and holds nothing) on failure. */
 int fc_exclusive_begin(fc *f);
 int fc_exclusive_end(fc *f);

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/error.h"
@@ -20,6 +21,13 @@ static void signal_fd(commit_pipeline *cp)
         ssize_t w = write(fd, &one, sizeof one);
         (void)w;
     }
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 static void *sync_main(void *arg)
@@ -41,7 +49,9 @@ static void *sync_main(void *arg)
         /* One sync for every frame sealed since the last one. The frontend
          * keeps sealing new frames past `to` meanwhile. */
         uint64_t from = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
+        uint64_t t0 = now_ns();
         int rc = redo_log_sync_upto(l, from, to);
+        uint64_t dt = now_ns() - t0;
         if (rc == MANGO_OK && to > from && cp->notify)
             cp->notify(cp->notify_arg);
 
@@ -56,6 +66,7 @@ static void *sync_main(void *arg)
         }
         if (to > from) {
             cp->deferred_syncs++;
+            cp->deferred_sync_ns += dt;
             cp->frames_per_sync_total += frames;
         }
         atomic_store(&cp->durable, target);

@@ -50,6 +50,7 @@ typedef struct commit_pipeline {
     bool stop;
     int event_fd;               /* eventfd written at every durable advance; -1: none */
     uint64_t deferred_syncs;
+    uint64_t deferred_sync_ns;      /* time in those syncs (sync thread only) */
     uint64_t frames_per_sync_total; /* frames covered by deferred syncs */
     uint64_t deferred_frames;       /* sealed, not yet covered (under mu) */
 } commit_pipeline;

@@ -7,9 +7,12 @@
  *   batch_end    capture off; one frame with every captured block is written
  *                to the log and synced once; the backend is nudged
  *
- * mango_batch_submit (event-loop mode) ends a batch without waiting for its
- * sync in fs/sim mode: the frame is sealed and the sync thread of
- * log/commit_pipeline.c makes it durable while the caller runs the next batch.
+ * In fs/sim mode a batch does not wait for its sync under the lock: the frame
+ * is sealed and the sync thread of log/commit_pipeline.c makes it durable
+ * while the next batch runs. mango_batch_submit (event-loop mode) returns a
+ * ticket the caller holds replies against; combined batches (mango_client_cmd)
+ * are waited for by each command's own thread once the lock is released
+ * (wait_durable), and read-only commands wait for what they may have read.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -280,10 +283,17 @@ static int batch_begin(void *arg, unsigned n)
     return MANGO_OK;
 }
 
-static int batch_end(void *arg)
+/* Ends the batch: logs what it wrote and makes it durable, or, for a batch
+ * handed to the sync thread (defer), seals its frame and returns. Deferred:
+ * mango_batch_submit's (rt.defer_commit) and combined batches (ticket !=
+ * NULL: their commands wait for *ticket after the lock is released, in
+ * wait_durable; *ticket 0 means durable already). */
+static int batch_end(void *arg, uint64_t *ticket)
 {
-    bool defer = rt.defer_commit && rt.pipe.deferred_ok;
+    bool defer = (rt.defer_commit || ticket) && rt.pipe.deferred_ok;
     rt.defer_commit = false;
+    if (ticket)
+        *ticket = 0;
     rt.batches++;
     if (!rt.durable) {
         last_ticket_here = pipeline_ticket_inline(&rt.pipe);
@@ -300,6 +310,8 @@ static int batch_end(void *arg)
          * its ticket is durable only after every earlier one. */
         if (defer && !pipeline_idle(&rt.pipe)) {
             last_ticket_here = pipeline_ticket_deferred(&rt.pipe, false);
+            if (ticket)
+                *ticket = last_ticket_here;
             return MANGO_OK;
         }
         int rc = drain_pipeline();
@@ -339,6 +351,8 @@ static int batch_end(void *arg)
         redo_log_seal(&rt.log, &w);
         rt.pipelined_batches++;
         last_ticket_here = pipeline_ticket_deferred(&rt.pipe, true);
+        if (ticket)
+            *ticket = last_ticket_here;
         return MANGO_OK;
     }
     rc = drain_pipeline();
@@ -360,6 +374,27 @@ static int batch_end(void *arg)
     backend_notify(&rt.backend);
     last_ticket_here = pipeline_ticket_inline(&rt.pipe);
     return MANGO_OK;
+}
+
+/* Pipelined combining (fs, sim): a combined batch's commands wait for its
+ * ticket after the combiner released the lock, so the next batch runs while
+ * this one syncs; a read-only command waits for every batch ended before it
+ * read (it may have seen their stores). */
+static int wait_durable(void *arg, uint64_t ticket)
+{
+    (void)arg;
+    int rc = pipeline_wait(&rt.pipe, ticket);
+    return rc == MANGO_OK ? MANGO_OK : fail(mango_error(rc, "a pipelined log sync failed; no more writes are accepted"));
+}
+
+static uint64_t read_ticket(void *arg)
+{
+    (void)arg;
+#ifdef MANGO_MUTATE_READS_DONT_WAIT /* test-only: reads answer before what they saw is durable */
+    return 0;
+#endif
+    uint64_t submitted = atomic_load(&rt.pipe.submitted);
+    return atomic_load(&rt.pipe.durable) >= submitted ? 0 : submitted;
 }
 
 typedef struct init_args {
@@ -685,6 +720,8 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         .batch_begin = batch_begin,
         .batch_end = batch_end,
         .gather_window_ns = gather_window,
+        .wait_durable = rt.pipe.deferred_ok ? wait_durable : NULL,
+        .read_ticket = rt.pipe.deferred_ok ? read_ticket : NULL,
     };
     int rc = fc_create(&rt.fc, cfg.max_threads, &hooks);
     if (rc) {
@@ -914,7 +951,7 @@ void mango_get_stats(mango_stats *out)
     out->frontend_syncs = rt.commit_syncs + rt.pipe.deferred_syncs;
     out->pipelined_batches = rt.pipelined_batches;
     out->pipeline_syncs = rt.pipe.deferred_syncs;
-    out->commit_ns_total = rt.commit_ns;
+    out->commit_ns_total = rt.commit_ns + rt.pipe.deferred_sync_ns;
     out->backend_syncs = rt.backend.syncs;
     out->backend_lowered = rt.backend.lowered;
     out->backend_boosts = atomic_load_explicit(&rt.backend.boosts, memory_order_relaxed);

@@ -3,12 +3,14 @@
  * Covers: reader/writer/combiner mutual exclusion (plus fc_execute_exclusive),
  * that concurrent writers really get batched, propagation of batch_begin
  * errors and batch_end results, the max_threads limit, slot reuse after a
- * thread exits, and two fc instances used by the same threads.
+ * thread exits, two fc instances used by the same threads, and the pipelined
+ * commit hooks (tickets waited for outside the lock, by writers and readers).
  */
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -49,13 +51,23 @@ typedef struct model {
     _Atomic int readers_inside;
     _Atomic unsigned long violations;
     unsigned long end_calls;
+    /* Pipelined commit (wait_durable / read_ticket hooks). */
+    _Atomic unsigned long ended;    /* ticket of the last ended batch */
+    unsigned long null_ticket_ends; /* batch_end calls that had to be durable */
+    int wait_error;                 /* wait_durable returns this */
+    unsigned wait_sleep_us;         /* wait_durable sleeps this long (a "sync") */
+    _Atomic int waiting;            /* threads inside wait_durable */
+    unsigned long begins_while_waiting; /* batches begun while a thread waited */
 } model;
 
 typedef struct cmd {
     bool ro;
     model *m;
-    int batch_seen; /* batch number that ran it (RW) */
+    int batch_seen; /* batch number that ran it (RW), or the last batch it saw (RO) */
 } cmd;
+
+/* The ticket this thread's last wait_durable call waited for. */
+static __thread unsigned long last_waited;
 
 static bool h_is_ro(void *ctx) { return ((cmd *)ctx)->ro; }
 
@@ -88,6 +100,7 @@ static void h_process(void *ctx)
         unsigned long b = m->b;
         if (a != b)
             atomic_fetch_add(&m->violations, 1);
+        c->batch_seen = (int)m->batches;
         atomic_fetch_sub(&m->readers_inside, 1);
     } else {
         if (atomic_load(&m->in_batch) != 1 ||
@@ -112,6 +125,8 @@ static int h_begin(void *arg, unsigned n)
         atomic_fetch_sub(&m->in_batch, 1);
         return m->begin_error;
     }
+    if (atomic_load(&m->waiting) > 0)
+        m->begins_while_waiting++;
     m->batches++;
     m->batched_cmds += n;
     if (n > m->max_batch)
@@ -121,10 +136,16 @@ static int h_begin(void *arg, unsigned n)
     return 0;
 }
 
-static int h_end(void *arg)
+static int h_end(void *arg, uint64_t *ticket)
 {
     model *m = arg;
     m->end_calls++;
+    if (ticket) {
+        *ticket = m->batches; /* durable later, in wait_durable */
+        atomic_store(&m->ended, m->batches);
+    } else {
+        m->null_ticket_ends++;
+    }
     /* Stand-in for making the batch durable: gives writers time to queue. */
     if (m->end_sleep_us)
         usleep(m->end_sleep_us);
@@ -132,6 +153,19 @@ static int h_end(void *arg)
         atomic_fetch_add(&m->violations, 1);
     return m->end_base ? m->end_base + (int)m->batches : 0;
 }
+
+static int h_wait(void *arg, uint64_t ticket)
+{
+    model *m = arg;
+    atomic_fetch_add(&m->waiting, 1);
+    last_waited = ticket;
+    if (m->wait_sleep_us)
+        usleep(m->wait_sleep_us);
+    atomic_fetch_sub(&m->waiting, 1);
+    return m->wait_error;
+}
+
+static uint64_t h_read_ticket(void *arg) { return atomic_load(&((model *)arg)->ended); }
 
 static fc_hooks make_hooks(model *m)
 {
@@ -347,6 +381,88 @@ static int test_end_result(void)
     return 0;
 }
 
+/* Pipelined commit: every RW command waits for its own batch's ticket, every
+ * RO command for a ticket at least the last batch it saw, both outside the
+ * lock (batches begin while threads wait), and wait_durable's error becomes
+ * the result; exclusive batches still end durable (NULL ticket). */
+typedef struct pipe_worker {
+    fc *f;
+    model *m;
+    unsigned ops, seed;
+    unsigned long rw, ro, bad;
+} pipe_worker;
+
+static void *pipe_main(void *p)
+{
+    pipe_worker *w = p;
+    unsigned seed = w->seed;
+    for (unsigned i = 0; i < w->ops; i++) {
+        seed = seed * 1103515245u + 12345u;
+        cmd c = {.ro = (seed >> 16) % 100 < 40, .m = w->m, .batch_seen = -1};
+        last_waited = 0;
+        int rc = fc_execute(w->f, &c);
+        if (rc != w->m->wait_error) {
+            w->bad++;
+            continue;
+        }
+        if (c.ro) {
+            w->ro++;
+            /* A read that saw batch k must have waited for a ticket >= k (a
+             * read that saw nothing may skip the wait: ticket 0). */
+            if (c.batch_seen > 0 && last_waited < (unsigned long)c.batch_seen)
+                w->bad++;
+        } else {
+            w->rw++;
+            if (last_waited != (unsigned long)c.batch_seen)
+                w->bad++;
+        }
+    }
+    return NULL;
+}
+
+static int test_pipelined_tickets(void)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    m.wait_sleep_us = 100;
+    fc_hooks h = make_hooks(&m);
+    h.wait_durable = h_wait;
+    h.read_ticket = h_read_ticket;
+    fc *f;
+    CHECK(fc_create(&f, 8, &h) == 0, "fc_create");
+    pipe_worker ws[6];
+    pthread_t th[6];
+    for (unsigned i = 0; i < 6; i++) {
+        ws[i] = (pipe_worker){.f = f, .m = &m, .ops = 400, .seed = 11 + 97 * i};
+        pthread_create(&th[i], NULL, pipe_main, &ws[i]);
+    }
+    unsigned long rw = 0, ro = 0, bad = 0;
+    for (unsigned i = 0; i < 6; i++) {
+        pthread_join(th[i], NULL);
+        rw += ws[i].rw;
+        ro += ws[i].ro;
+        bad += ws[i].bad;
+    }
+    CHECK(atomic_load(&m.violations) == 0, "%lu violations", atomic_load(&m.violations));
+    CHECK(bad == 0, "%lu commands waited for the wrong ticket or got a wrong result", bad);
+    CHECK(rw > 0 && ro > 0, "rw %lu ro %lu", rw, ro);
+    CHECK(m.null_ticket_ends == 0, "%lu combined batches ended without a ticket", m.null_ticket_ends);
+    CHECK(m.begins_while_waiting > 0, "no batch began while a thread waited: waits hold the lock?");
+    printf("  pipelined: %lu rw, %lu ro, %lu batches, %lu begun while threads waited\n", rw, ro,
+           m.batches, m.begins_while_waiting);
+    /* The exclusive path must end durable: batch_end gets no ticket. */
+    CHECK(fc_execute_exclusive(f, excl_fn, &m) == 0 && m.null_ticket_ends == 1, "exclusive");
+    /* A failed wait replaces the result, for writers and readers. */
+    m.wait_error = MANGO_EIO;
+    m.wait_sleep_us = 0;
+    cmd w = {.ro = false, .m = &m, .batch_seen = -1};
+    CHECK(fc_execute(f, &w) == MANGO_EIO, "rw with a failed wait");
+    cmd r = {.ro = true, .m = &m, .batch_seen = -1};
+    CHECK(fc_execute(f, &r) == MANGO_EIO, "ro with a failed wait");
+    fc_destroy(f);
+    return 0;
+}
+
 /* -- thread limit -- */
 
 typedef struct holder {
@@ -523,6 +639,7 @@ int main(void)
         {"end_result", test_end_result},
         {"thread_limit", test_thread_limit},
         {"two_instances", test_two_instances},
+        {"pipelined_tickets", test_pipelined_tickets},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
