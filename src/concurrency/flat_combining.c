@@ -84,6 +84,7 @@ _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
 struct fc {
     _Alignas(FC_CACHELINE) _Atomic uint32_t wrflag;
     _Atomic uint32_t wrwaiters; /* readers, queued writers, exclusive callers */
+    _Atomic uint32_t rwaiting;  /* readers backing off for a writer (fc_readers_waiting) */
 
     _Alignas(FC_CACHELINE) fc_hooks hooks;
     unsigned max_threads;
@@ -311,6 +312,7 @@ int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks)
     f->max_threads = max_threads;
     atomic_init(&f->wrflag, 0);
     atomic_init(&f->wrwaiters, 0);
+    atomic_init(&f->rwaiting, 0);
     atomic_init(&f->hwm, 0);
     for (unsigned i = 0; i < max_threads; i++) {
         fc_slot *s = &f->slots[i];
@@ -363,7 +365,9 @@ int fc_execute(fc *f, void *ctx)
              * finish draining readers, and wait for it to release. */
             atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
             fw_wake(&s->rflag, &s->rwaiters);
+            atomic_fetch_add_explicit(&f->rwaiting, 1, memory_order_relaxed);
             fw_wait_while_eq(&f->wrflag, &f->wrwaiters, 1);
+            atomic_fetch_sub_explicit(&f->rwaiting, 1, memory_order_relaxed);
         }
     }
 
@@ -431,6 +435,11 @@ int fc_exclusive_end(fc *f)
     int r = hook_end(f, NULL);
     wr_release(f);
     return r;
+}
+
+bool fc_readers_waiting(fc *f)
+{
+    return atomic_load_explicit(&f->rwaiting, memory_order_relaxed) != 0;
 }
 
 int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)

@@ -64,4 +64,11 @@ int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg);
 int fc_exclusive_begin(fc *f);
 int fc_exclusive_end(fc *f);
 
+/* For batch_end, on the thread holding the write side: is a read-only
+ * command waiting for the write side to be released? A pipelined commit pays
+ * when readers can run during the sync; writers gain little from it (they
+ * wait for a sync either way) and lose their batching (published writers
+ * are collected into the next batch while the combiner syncs). */
+bool fc_readers_waiting(fc *f);
+
 #endif

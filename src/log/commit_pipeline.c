@@ -10,7 +10,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "concurrency/futex_wait.h"
 #include "runtime/error.h"
+
+/* The durable ticket advanced or a sync failed: wake the waiters. */
+static void wake_waiters(commit_pipeline *cp)
+{
+    atomic_fetch_add_explicit(&cp->durable_gen, 1, memory_order_seq_cst);
+    fw_wake(&cp->durable_gen, &cp->durable_waiters);
+}
 
 static void signal_fd(commit_pipeline *cp)
 {
@@ -59,8 +67,8 @@ static void *sync_main(void *arg)
         if (rc != MANGO_OK) {
             mango_error_publish_fatal(); /* why, for the waiting threads */
             __atomic_store_n(&cp->error, rc, __ATOMIC_RELEASE);
-            pthread_cond_broadcast(&cp->done_cv);
             pthread_mutex_unlock(&cp->mu);
+            wake_waiters(cp);
             signal_fd(cp);
             return NULL;
         }
@@ -70,8 +78,8 @@ static void *sync_main(void *arg)
             cp->frames_per_sync_total += frames;
         }
         atomic_store(&cp->durable, target);
-        pthread_cond_broadcast(&cp->done_cv);
         pthread_mutex_unlock(&cp->mu);
+        wake_waiters(cp);
         signal_fd(cp);
         pthread_mutex_lock(&cp->mu);
     }
@@ -94,7 +102,6 @@ int pipeline_start(commit_pipeline *cp, redo_log *log, bool deferred, void (*not
     cp->deferred_ok = deferred && log;
     pthread_mutex_init(&cp->mu, NULL);
     pthread_cond_init(&cp->work_cv, NULL);
-    pthread_cond_init(&cp->done_cv, NULL);
     if (cp->deferred_ok) {
         if (pthread_create(&cp->thread, NULL, sync_main, cp) != 0)
             return mango_error(MANGO_ENOMEM, "cannot start the commit sync thread");
@@ -121,7 +128,6 @@ int pipeline_stop(commit_pipeline *cp)
         close(fd);
     pthread_mutex_destroy(&cp->mu);
     pthread_cond_destroy(&cp->work_cv);
-    pthread_cond_destroy(&cp->done_cv);
     return rc;
 }
 
@@ -133,8 +139,8 @@ uint64_t pipeline_ticket_inline(commit_pipeline *cp)
     atomic_store(&cp->durable, t);
     if (cp->log)
         cp->sealed_lsn = atomic_load(&cp->log->committed_lsn);
-    pthread_cond_broadcast(&cp->done_cv);
     pthread_mutex_unlock(&cp->mu);
+    wake_waiters(cp);
     signal_fd(cp);
     return t;
 }
@@ -160,14 +166,17 @@ bool pipeline_idle(const commit_pipeline *cp)
 
 int pipeline_wait(commit_pipeline *cp, uint64_t t)
 {
-    if (atomic_load_explicit(&cp->durable, memory_order_acquire) >= t)
-        return MANGO_OK;
-    pthread_mutex_lock(&cp->mu);
-    while (atomic_load(&cp->durable) < t && cp->error == MANGO_OK)
-        pthread_cond_wait(&cp->done_cv, &cp->mu);
-    int rc = atomic_load(&cp->durable) >= t ? MANGO_OK : cp->error;
-    pthread_mutex_unlock(&cp->mu);
-    return rc;
+    for (;;) {
+        /* The generation first: an advance after these loads changes it, so
+         * the futex wait cannot miss it. */
+        uint32_t gen = atomic_load_explicit(&cp->durable_gen, memory_order_seq_cst);
+        if (atomic_load_explicit(&cp->durable, memory_order_seq_cst) >= t)
+            return MANGO_OK;
+        int err = __atomic_load_n(&cp->error, __ATOMIC_ACQUIRE);
+        if (err != MANGO_OK)
+            return err;
+        fw_wait_while_eq(&cp->durable_gen, &cp->durable_waiters, gen);
+    }
 }
 
 uint64_t pipeline_durable(commit_pipeline *cp, int *err)

@@ -42,7 +42,11 @@ typedef struct commit_pipeline {
     bool started;
     pthread_mutex_t mu;
     pthread_cond_t work_cv;    /* sync thread: new sealed frames, or stop */
-    pthread_cond_t done_cv;    /* waiters: the durable ticket advanced, or failure */
+    /* Waiters sleep on durable_gen (a futex word), bumped after every advance
+     * of durable and after a failure: no mutex, so a sync that makes many
+     * threads' batches durable wakes them without a convoy on mu. */
+    _Atomic uint32_t durable_gen;
+    _Atomic uint32_t durable_waiters;
     _Atomic uint64_t submitted; /* last ticket handed out */
     _Atomic uint64_t durable;   /* every ticket <= this is durable */
     uint64_t sealed_lsn;        /* log end after the last sealed frame (under mu) */

@@ -287,10 +287,18 @@ static int batch_begin(void *arg, unsigned n)
  * handed to the sync thread (defer), seals its frame and returns. Deferred:
  * mango_batch_submit's (rt.defer_commit) and combined batches (ticket !=
  * NULL: their commands wait for *ticket after the lock is released, in
- * wait_durable; *ticket 0 means durable already). */
+ * wait_durable; *ticket 0 means durable already). A combined batch is
+ * handed over only while a sync is in flight (an inline commit would wait for
+ * it under the lock) or readers wait for the lock (they run during the sync).
+ * Otherwise it is synced here, under the lock: writers wait for a sync either
+ * way, and meanwhile those that arrive are gathered into the next batch; the
+ * hand-over would only add two thread wake-ups and smaller batches (kvstore,
+ * fs: one thread lost 10-15 %, four writers 17 %). */
 static int batch_end(void *arg, uint64_t *ticket)
 {
-    bool defer = (rt.defer_commit || ticket) && rt.pipe.deferred_ok;
+    bool defer = rt.defer_commit ||
+                 (ticket && (!pipeline_idle(&rt.pipe) || fc_readers_waiting(rt.fc)));
+    defer = defer && rt.pipe.deferred_ok;
     rt.defer_commit = false;
     if (ticket)
         *ticket = 0;

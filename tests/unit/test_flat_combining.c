@@ -4,7 +4,8 @@
  * that concurrent writers really get batched, propagation of batch_begin
  * errors and batch_end results, the max_threads limit, slot reuse after a
  * thread exits, two fc instances used by the same threads, and the pipelined
- * commit hooks (tickets waited for outside the lock, by writers and readers).
+ * commit hooks (tickets waited for outside the lock, by writers and readers)
+ * and fc_readers_waiting.
  */
 #include <pthread.h>
 #include <sched.h>
@@ -463,6 +464,48 @@ static int test_pipelined_tickets(void)
     return 0;
 }
 
+/* fc_readers_waiting: true while a reader backs off for a held write side. */
+typedef struct reader_arg {
+    fc *f;
+    model *m;
+    int rc;
+} reader_arg;
+
+static void *reader_main(void *p)
+{
+    reader_arg *a = p;
+    cmd c = {.ro = true, .m = a->m, .batch_seen = -1};
+    a->rc = fc_execute(a->f, &c);
+    return NULL;
+}
+
+static int test_readers_waiting(void)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fc_hooks h = make_hooks(&m);
+    fc *f;
+    CHECK(fc_create(&f, 4, &h) == 0, "fc_create");
+    CHECK(!fc_readers_waiting(f), "a reader waits before any exists");
+    CHECK(fc_exclusive_begin(f) == 0, "exclusive begin");
+    reader_arg a = {.f = f, .m = &m, .rc = -1};
+    pthread_t th;
+    pthread_create(&th, NULL, reader_main, &a);
+    bool seen = false;
+    for (int i = 0; i < 2000 && !seen; i++) { /* up to 2 s */
+        seen = fc_readers_waiting(f);
+        if (!seen)
+            usleep(1000);
+    }
+    CHECK(seen, "the blocked reader was never reported");
+    CHECK(fc_exclusive_end(f) == 0, "exclusive end");
+    pthread_join(th, NULL);
+    CHECK(a.rc == 0, "reader rc %d", a.rc);
+    CHECK(!fc_readers_waiting(f), "a reader still counted after it ran");
+    fc_destroy(f);
+    return 0;
+}
+
 /* -- thread limit -- */
 
 typedef struct holder {
@@ -640,6 +683,7 @@ int main(void)
         {"thread_limit", test_thread_limit},
         {"two_instances", test_two_instances},
         {"pipelined_tickets", test_pipelined_tickets},
+        {"readers_waiting", test_readers_waiting},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
