@@ -32,7 +32,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ALL_MODES = ("none", "emulated", "fs", "sim", "auto")
+ALL_MODES = ("none", "emulated", "fs", "fs-inline", "sim", "auto")
+# Modes that are another mode plus environment: fs-inline is fs with
+# MANGO_PIPELINE=0 (each batch synced by its combiner under the write lock).
+MODE_AS = {"fs-inline": ("fs", {"MANGO_PIPELINE": "0"})}
 DURABLE_DIR = {"emulated": "/dev/shm", "sim": "/dev/shm", "auto": "/dev/shm", "none": "/dev/shm"}
 # Fields printed by `kvstore run`, in order; the CSV adds a few of its own first.
 RUN_FIELDS = ["mode", "status", "threads", "update_pct", "seconds", "ops", "ops_per_sec",
@@ -84,7 +87,9 @@ def parse_args(argv):
                     "kv_throughput.png and kv_ratio.png.",
         epilog="modes: none = durability off (baseline); emulated = pool on tmpfs (/dev/shm), "
                "flushes/syncs cost ~nothing; fs = pool file in --fs-dir, synced with the "
-               "file system (numbers depend on the disk); sim/auto are passed through.\n\n"
+               "file system (numbers depend on the disk); fs-inline = fs with MANGO_PIPELINE=0 "
+               "(each batch synced under the write lock, as before pipelined combining); "
+               "sim/auto are passed through.\n\n"
                "example: bench/kv_bench.py --kvstore build/examples/kvstore/kvstore "
                "--repeat 3 --out /tmp/kv")
     p.add_argument("--kvstore", metavar="PATH",
@@ -132,7 +137,7 @@ def parse_args(argv):
         p.error("--updates values must be 0..100")
     if len(set(a.modes)) != len(a.modes):
         p.error("--modes has duplicates")
-    if "fs" in a.modes and not os.path.isdir(a.fs_dir):
+    if any(m.startswith("fs") for m in a.modes) and not os.path.isdir(a.fs_dir):
         p.error("--fs-dir %s is not a directory" % a.fs_dir)
     a.kvstore = a.kvstore or find_kvstore()
     if not (os.path.isfile(a.kvstore) and os.access(a.kvstore, os.X_OK)):
@@ -145,7 +150,7 @@ def parse_args(argv):
 
 
 def pool_path(args, mode):
-    d = args.fs_dir if mode == "fs" else DURABLE_DIR.get(mode, "/dev/shm")
+    d = args.fs_dir if mode.startswith("fs") else DURABLE_DIR.get(mode, "/dev/shm")
     if not os.path.isdir(d):
         d = "/tmp"
     return os.path.join(d, "kv_bench-%d-%s.pool" % (os.getpid(), mode))
@@ -170,7 +175,11 @@ def remove_pool(path):
 def run_one(args, mode, threads, upd):
     pool = pool_path(args, mode)
     remove_pool(pool)
-    cmd = [args.kvstore, "run", "--pool", pool, "--mode", mode, "--threads", str(threads),
+    run_mode, extra_env = MODE_AS.get(mode, (mode, {}))
+    env = dict(os.environ)
+    env.pop("MANGO_PIPELINE", None)  # from the caller's environment: only fs-inline sets it
+    env.update(extra_env)
+    cmd = [args.kvstore, "run", "--pool", pool, "--mode", run_mode, "--threads", str(threads),
            "--update-pct", str(upd), "--seconds", "%g" % args.seconds]
     if args.values is not None:
         cmd += ["--values", str(args.values)]
@@ -182,7 +191,7 @@ def run_one(args, mode, threads, upd):
         cmd += ["--log-size", str(args.log_size)]
     t0 = time.monotonic()
     try:
-        pr = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        pr = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
     except subprocess.TimeoutExpired:
         remove_pool(pool)
         raise RuntimeError("timed out after %gs: %s" % (args.timeout, " ".join(cmd)))
@@ -287,7 +296,9 @@ def write_md(path, args, med, info, started, elapsed):
                                 args.value_size if args.value_size is not None else "64 (default)"))
     L.append("- modes: " + ", ".join(
         {"none": "`none` = durability off", "emulated": "`emulated` = pool on tmpfs (/dev/shm)",
-         "fs": "`fs` = pool in `%s`" % args.fs_dir}.get(m, "`%s`" % m) for m in modes))
+         "fs": "`fs` = pool in `%s`" % args.fs_dir,
+         "fs-inline": "`fs-inline` = fs with `MANGO_PIPELINE=0` (batches synced under the write lock)"
+         }.get(m, "`%s`" % m) for m in modes))
     if max(args.threads) > (info["nproc"] or 1):
         L.append("- note: thread counts above %s oversubscribe the cores" % info["nproc"])
     L.append("")
@@ -341,7 +352,8 @@ def plot(outdir, args, med):
         return []
     info = machine_info()
     sub = "%s cores, %g s/run, median of %d" % (info["nproc"], args.seconds, args.repeat)
-    colors = {"none": "tab:gray", "emulated": "tab:blue", "fs": "tab:red", "sim": "tab:green",
+    colors = {"none": "tab:gray", "emulated": "tab:blue", "fs": "tab:red", "fs-inline": "tab:orange",
+              "sim": "tab:green",
               "auto": "tab:purple"}
     styles = ["-", "--", ":", "-."]
     markers = ["o", "s", "^", "D"]
