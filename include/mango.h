@@ -37,8 +37,14 @@ typedef struct mango_response {
     size_t size;
 } mango_response;
 
+/* What init_client gets in RPC mode. */
+typedef struct mango_client_params {
+    uint64_t client_id; /* 1, 2, 3, ... per connection, unique in the process */
+} mango_client_params;
+
 typedef struct mango_callbacks {
-    /* RPC mode only: create/destroy the per-client context. */
+    /* RPC mode only: create/destroy the per-client context. init_client gets
+     * a const mango_client_params *; returning NULL refuses the connection. */
     void *(*init_client)(void *params);
     void (*destroy_client)(void *ctx);
     /* RPC mode only: parse request bytes into ctx. */
@@ -140,6 +146,47 @@ int mango_shutdown(void);
  * sync of one batch overlaps the next batch: the calling thread waits for
  * its batch after the lock is released (MANGO_PIPELINE=0: under the lock). */
 int mango_client_cmd(void *ctx);
+
+/* RPC mode: Mangosteen owns the sockets (docs/rpc.md). A TCP listener and
+ * `threads` worker threads, each with its own event loop; a connection stays
+ * on one worker. Every request and response is a frame: a 4-byte
+ * little-endian payload length, then the payload. For each request the
+ * worker calls deserialize_request(ctx, payload, len), runs the command as
+ * mango_client_cmd does (batched, durable before it returns), then sends
+ * get_response(ctx) as the response frame. Requests of one connection run in
+ * order; a client may send several before reading (pipelining).
+ * A frame longer than max_request, a client that leaves its responses
+ * unread for 10 s, or a command the runtime refuses closes that connection
+ * only. Call after mango_init; one server per process. */
+typedef struct mango_rpc_config {
+    const char *host;     /* IPv4 address to listen on; NULL: 127.0.0.1 */
+    uint16_t port;        /* 0: any free port (mango_rpc_port tells which) */
+    unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads.
+                           * A worker waits while its command becomes durable, and its
+                           * other connections with it: in fs mode, use about as many
+                           * workers as clients that send at once. */
+    uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */
+} mango_rpc_config;
+
+typedef struct mango_rpc_stats {
+    uint64_t accepted;      /* connections accepted */
+    uint64_t closed;        /* connections closed (by either side, or refused) */
+    uint64_t requests;      /* requests run */
+    uint64_t bad_frames;    /* connections closed for a frame over max_request */
+    uint64_t send_timeouts; /* connections closed for not reading their responses */
+    uint64_t refused;       /* connections closed because the runtime refused a command */
+} mango_rpc_stats;
+
+/* Returns once the server listens: 0, or MANGO_EINVAL (bad configuration,
+ * missing callbacks, not initialised, already serving), MANGO_EEXIST (the
+ * port is taken), MANGO_EIO. */
+int mango_rpc_start(const mango_rpc_config *cfg);
+/* The port it listens on, or a negative error if it does not. */
+int mango_rpc_port(void);
+void mango_rpc_get_stats(mango_rpc_stats *out);
+/* Stops accepting, closes every connection, joins the threads. Commands in
+ * progress finish first. Call before mango_shutdown. */
+int mango_rpc_stop(void);
 
 /* Event-loop mode, for single-threaded servers (e.g. Redis) that execute
  * commands themselves and want every read-write command of one loop pass in

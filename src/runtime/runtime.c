@@ -41,6 +41,7 @@
 #include "recovery/layout.h"
 #include "recovery/recovery.h"
 #include "recovery/trace.h"
+#include "rpc/rpc_server.h"
 #include "runtime/error.h"
 
 #ifndef MAP_FIXED_NOREPLACE
@@ -912,8 +913,47 @@ int mango_batch_resume(void)
     return MANGO_OK;
 }
 
+/* ---- RPC mode (src/rpc) ---- */
+
+static rpc_server *rpc;
+
+int mango_rpc_start(const mango_rpc_config *cfg)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: mango_init has not been called");
+    if (rpc)
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: already serving on port %d", rpc_server_port(rpc));
+    mango_rpc_config none = {0};
+    return rpc_server_start(&rpc, cfg ? cfg : &none, &rt.cb, rt.cfg.max_threads ? rt.cfg.max_threads : 64);
+}
+
+int mango_rpc_port(void)
+{
+    return rpc ? rpc_server_port(rpc) : mango_error(MANGO_EINVAL, "mango_rpc_port: not serving");
+}
+
+void mango_rpc_get_stats(mango_rpc_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    if (rpc)
+        rpc_server_stats(rpc, out);
+}
+
+int mango_rpc_stop(void)
+{
+    if (!rpc)
+        return mango_error(MANGO_EINVAL, "mango_rpc_stop: not serving");
+    rpc_server_stop(rpc);
+    rpc = NULL;
+    return MANGO_OK;
+}
+
 int mango_shutdown(void)
 {
+    if (rpc) { /* its workers may be inside commands */
+        rpc_server_stop(rpc);
+        rpc = NULL;
+    }
     if (!rt.up)
         return MANGO_OK;
     rt.up = false;

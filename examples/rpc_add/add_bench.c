@@ -1,0 +1,205 @@
+/* add_bench.c -- closed-loop load generator for add_server (RPC mode).
+ *
+ * --clients connections, one thread each; every client sends one request,
+ * waits for its response, and sends the next (no pipelining). A request is an
+ * ADD of 1 to a random counter with probability --update-pct, else a GET of
+ * one. Prints one line of key=value results: ops, ops_per_sec, p50_us,
+ * p99_us, p999_us (latency from send to full response).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define N_COUNTERS 4096
+#define HIST_US 100000 /* latencies above 100 ms go in the last bucket */
+
+static struct {
+    const char *host;
+    int port;
+    unsigned clients;
+    double seconds;
+    unsigned update_pct;
+} O = {"127.0.0.1", 0, 8, 5.0, 50};
+
+static atomic_bool stop_flag;
+
+typedef struct client {
+    pthread_t th;
+    unsigned id;
+    uint64_t ops;
+    uint32_t *hist; /* latency in microseconds */
+    int error;
+} client;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static int send_all(int fd, const void *b, size_t n)
+{
+    const char *p = b;
+    while (n > 0) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int recv_all(int fd, void *b, size_t n)
+{
+    char *p = b;
+    while (n > 0) {
+        ssize_t k = recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)O.port)};
+    inet_pton(AF_INET, O.host, &a.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        c->error = errno;
+        return NULL;
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    uint64_t rng = 0x9e3779b97f4a7c15ull * (c->id + 1);
+    uint8_t req[4 + 13], resp[64];
+    while (!atomic_load_explicit(&stop_flag, memory_order_relaxed)) {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        uint32_t idx = (uint32_t)(rng >> 20) % N_COUNTERS;
+        bool add = (rng % 100) < O.update_pct;
+        uint32_t len = add ? 13 : 5;
+        memcpy(req, &len, 4); /* little-endian machine (x86-64, arm64) */
+        req[4] = add ? 'A' : 'G';
+        memcpy(req + 5, &idx, 4);
+        int64_t one64 = 1;
+        if (add)
+            memcpy(req + 9, &one64, 8);
+        uint64_t t0 = now_ns();
+        uint32_t rlen = 0;
+        if (send_all(fd, req, 4 + len) || recv_all(fd, &rlen, 4) || rlen > sizeof resp ||
+            recv_all(fd, resp, rlen) || rlen != 8) {
+            c->error = rlen != 8 ? EPROTO : errno;
+            break;
+        }
+        uint64_t us = (now_ns() - t0) / 1000;
+        c->hist[us < HIST_US ? us : HIST_US - 1]++;
+        c->ops++;
+    }
+    close(fd);
+    return NULL;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+"usage: add_bench --port N [--host ADDR] [--clients N] [--seconds S] [--update-pct P]\n"
+"\n"
+"Closed-loop load for add_server: N connections, one thread each, one request\n"
+"in flight per connection; ADD of 1 with probability P %% (default 50), else GET,\n"
+"on a random counter of 4096. Runs S seconds (default 5; 8 clients by default)\n"
+"and prints: clients= update_pct= seconds= ops= ops_per_sec= p50_us= p99_us= p999_us=\n"
+"Exit status: 0; 1 if a connection failed; 2 for bad options.\n");
+}
+
+static double pct(const uint64_t *h, uint64_t total, double q)
+{
+    uint64_t want = (uint64_t)(q * (double)total), seen = 0;
+    for (unsigned i = 0; i < HIST_US; i++) {
+        seen += h[i];
+        if (seen > want)
+            return i;
+    }
+    return HIST_US;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"host", required_argument, 0, 'H'},
+                                         {"port", required_argument, 0, 'p'},
+                                         {"clients", required_argument, 0, 'c'},
+                                         {"seconds", required_argument, 0, 's'},
+                                         {"update-pct", required_argument, 0, 'u'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int o;
+    char *end;
+    while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (o) {
+        case 'H': O.host = optarg; break;
+        case 'p': O.port = (int)strtol(optarg, &end, 10); if (*end || O.port <= 0 || O.port > 65535) goto bad; break;
+        case 'c': O.clients = (unsigned)strtoul(optarg, &end, 10); if (*end || !O.clients || O.clients > 1024) goto bad; break;
+        case 's': O.seconds = strtod(optarg, &end); if (*end || O.seconds <= 0) goto bad; break;
+        case 'u': O.update_pct = (unsigned)strtoul(optarg, &end, 10); if (*end || O.update_pct > 100) goto bad; break;
+        case 'h': usage(stdout); return 0;
+        default: goto bad;
+        }
+    }
+    if (O.port == 0 || optind < argc)
+        goto bad;
+    client *cs = calloc(O.clients, sizeof *cs);
+    for (unsigned i = 0; i < O.clients; i++) {
+        cs[i].id = i;
+        cs[i].hist = calloc(HIST_US, sizeof(uint32_t));
+        pthread_create(&cs[i].th, NULL, client_main, &cs[i]);
+    }
+    uint64_t t0 = now_ns();
+    struct timespec d = {(time_t)O.seconds, (long)((O.seconds - (time_t)O.seconds) * 1e9)};
+    nanosleep(&d, NULL);
+    atomic_store(&stop_flag, true);
+    uint64_t *h = calloc(HIST_US, sizeof *h), ops = 0;
+    int err = 0;
+    for (unsigned i = 0; i < O.clients; i++) {
+        pthread_join(cs[i].th, NULL);
+        ops += cs[i].ops;
+        for (unsigned k = 0; k < HIST_US; k++)
+            h[k] += cs[i].hist[k];
+        if (cs[i].error)
+            err = cs[i].error;
+    }
+    double el = (double)(now_ns() - t0) / 1e9;
+    if (err) {
+        fprintf(stderr, "add_bench: a client failed: %s\n", strerror(err));
+        return 1;
+    }
+    printf("clients=%u update_pct=%u seconds=%.2f ops=%" PRIu64 " ops_per_sec=%.0f p50_us=%.0f p99_us=%.0f"
+           " p999_us=%.0f\n", O.clients, O.update_pct, el, ops, ops / el, pct(h, ops, 0.5), pct(h, ops, 0.99),
+           pct(h, ops, 0.999));
+    return 0;
+bad:
+    usage(stderr);
+    return 2;
+}
