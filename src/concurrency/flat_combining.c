@@ -42,7 +42,8 @@
  * background sync and give it a ticket. The combiner stores the ticket in each
  * of the batch's slots with the result; each owner waits for it after the
  * write side is released, so the next batch runs while this one syncs. A
- * reader waits for hooks.read_ticket() after it leaves the read side.
+ * reader calls hooks.read_done() after it leaves the read side (the runtime
+ * waits there for what it may have read).
  *
  * fc_execute never allocates. The only possible allocation is glibc's own,
  * inside pthread_setspecific on a thread's first call, and only for key
@@ -356,10 +357,10 @@ int fc_execute(fc *f, void *ctx)
                 f->hooks.process(ctx);
                 atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
                 fw_wake(&s->rflag, &s->rwaiters);
-                /* It may have read batches still in flight: every batch it
-                 * could see ended (and got its ticket) before wrflag was
-                 * cleared, so before this read_ticket call. */
-                return f->hooks.read_ticket ? wait_ticket(f, f->hooks.read_ticket(f->hooks.arg)) : 0;
+                /* It may have read batches still in flight, or one whose
+                 * commit failed: every batch it could see ended before wrflag
+                 * was cleared, so before this call. */
+                return f->hooks.read_done ? f->hooks.read_done(f->hooks.arg) : 0;
             }
             /* A writer holds or is taking the lock: step aside so it can
              * finish draining readers, and wait for it to release. */

@@ -28,11 +28,15 @@ typedef struct fc_hooks {
     int (*batch_end)(void *arg, uint64_t *ticket);
     /* Optional pipelined commit: with it, combined batches end with a ticket
      * (see batch_end); each command's thread waits for its batch's ticket
-     * after the write side is released, and a read-only command waits for
-     * read_ticket()'s (everything ended before it read, 0 if all durable).
-     * Returns 0, or an error that replaces the command's result. */
+     * after the write side is released. Returns 0, or an error that replaces
+     * the command's result. */
     int (*wait_durable)(void *arg, uint64_t ticket);
-    uint64_t (*read_ticket)(void *arg);
+    /* Optional: called by a read-only command's thread after it left the
+     * read side; a non-zero return replaces its result. Every batch the read
+     * could have seen ended before the write side was released, so before
+     * this call: the runtime waits here until they are durable, and refuses
+     * the read if one of them failed to commit. */
+    int (*read_done)(void *arg);
     /* Optional group commit: how long (ns) the combiner may wait for more
      * commands before starting a batch smaller than recent ones. 0: never. */
     uint64_t (*gather_window_ns)(void *arg);
@@ -47,7 +51,7 @@ int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks);
 void fc_destroy(fc *f);
 
 /* Run one command. Read-only: runs it in parallel with other readers, returns
- * 0 (or wait_durable's error). Read-write: returns once the batch holding it
+ * 0 (or read_done's error). Read-write: returns once the batch holding it
  * has ended (and, with wait_durable, is durable); the result of batch_end (or
  * batch_begin's or wait_durable's error). MANGO_EINVAL when more than max_threads
  * threads hold slots. A thread's slot is released when the thread exits. */

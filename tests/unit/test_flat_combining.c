@@ -52,7 +52,7 @@ typedef struct model {
     _Atomic int readers_inside;
     _Atomic unsigned long violations;
     unsigned long end_calls;
-    /* Pipelined commit (wait_durable / read_ticket hooks). */
+    /* Pipelined commit (wait_durable / read_done hooks). */
     _Atomic unsigned long ended;    /* ticket of the last ended batch */
     unsigned long null_ticket_ends; /* batch_end calls that had to be durable */
     int wait_error;                 /* wait_durable returns this */
@@ -166,7 +166,12 @@ static int h_wait(void *arg, uint64_t ticket)
     return m->wait_error;
 }
 
-static uint64_t h_read_ticket(void *arg) { return atomic_load(&((model *)arg)->ended); }
+/* A read waits for the last ended batch's ticket, as the runtime's does. */
+static int h_read_done(void *arg)
+{
+    uint64_t t = atomic_load(&((model *)arg)->ended);
+    return t ? h_wait(arg, t) : 0;
+}
 
 static fc_hooks make_hooks(model *m)
 {
@@ -428,7 +433,7 @@ static int test_pipelined_tickets(void)
     m.wait_sleep_us = 100;
     fc_hooks h = make_hooks(&m);
     h.wait_durable = h_wait;
-    h.read_ticket = h_read_ticket;
+    h.read_done = h_read_done;
     fc *f;
     CHECK(fc_create(&f, 8, &h) == 0, "fc_create");
     pipe_worker ws[6];
