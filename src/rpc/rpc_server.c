@@ -123,12 +123,12 @@ static void conn_open(worker *w, int fd)
     w->conns = c;
 }
 
-/* Sends all of buf; waits for the socket to drain at most the send timeout in
- * total. Returns false if the connection must be closed. */
-static bool send_all(worker *w, conn *c, const void *buf, size_t n)
+/* Sends all of buf. *waited_ms counts the time spent waiting for the client
+ * to read, over one response; past the send timeout (or at stop) it gives up.
+ * Returns false if the connection must be closed. */
+static bool send_all(worker *w, conn *c, const void *buf, size_t n, int *waited_ms)
 {
     const uint8_t *p = buf;
-    int waited_ms = 0;
     while (n > 0) {
         ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
         if (k > 0) {
@@ -139,13 +139,15 @@ static bool send_all(worker *w, conn *c, const void *buf, size_t n)
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (waited_ms >= MANGO_RPC_SEND_TIMEOUT_MS || atomic_load(&w->srv->stop)) {
+            if (atomic_load(&w->srv->stop))
+                return false;
+            if (*waited_ms >= MANGO_RPC_SEND_TIMEOUT_MS) {
                 atomic_fetch_add(&w->srv->send_timeouts, 1);
                 return false;
             }
             struct pollfd pf = {.fd = c->fd, .events = POLLOUT};
             if (poll(&pf, 1, 100) == 0)
-                waited_ms += 100;
+                *waited_ms += 100;
             continue;
         }
         return false; /* peer gone */
@@ -159,16 +161,17 @@ static bool send_response(worker *w, conn *c, mango_response r)
         return false;
     uint8_t hdr[4] = {(uint8_t)r.size, (uint8_t)(r.size >> 8), (uint8_t)(r.size >> 16),
                       (uint8_t)(r.size >> 24)};
+    int waited_ms = 0;
     if (r.size == 0)
-        return send_all(w, c, hdr, 4);
+        return send_all(w, c, hdr, 4, &waited_ms);
     /* One send for small responses (header and payload in one segment). */
     if (r.size <= 4096) {
         uint8_t frame[4 + 4096];
         memcpy(frame, hdr, 4);
         memcpy(frame + 4, r.data, r.size);
-        return send_all(w, c, frame, 4 + r.size);
+        return send_all(w, c, frame, 4 + r.size, &waited_ms);
     }
-    return send_all(w, c, hdr, 4) && send_all(w, c, r.data, r.size);
+    return send_all(w, c, hdr, 4, &waited_ms) && send_all(w, c, r.data, r.size, &waited_ms);
 }
 
 static uint32_t frame_len(const uint8_t *p)
@@ -181,7 +184,7 @@ static bool run_requests(worker *w, conn *c)
 {
     rpc_server *s = w->srv;
     size_t off = 0;
-    while (c->len - off >= 4) {
+    while (c->len - off >= 4 && !atomic_load(&s->stop)) {
         uint32_t n = frame_len(c->buf + off);
         if (n > s->cfg.max_request) {
             atomic_fetch_add(&s->bad_frames, 1);
@@ -207,7 +210,11 @@ static bool run_requests(worker *w, conn *c)
     return true;
 }
 
-/* Reads what the socket has. Returns false to close. */
+/* Reads once from the socket and runs the complete requests. One read per
+ * readable event: a client that keeps its socket full must not hold the
+ * worker (epoll is level-triggered, so what is left comes back at once, after
+ * the worker's other connections and a look at the stop flag). Returns false
+ * to close. */
 static bool conn_readable(worker *w, conn *c)
 {
     size_t limit = (size_t)w->srv->cfg.max_request + 4;
@@ -232,9 +239,7 @@ static bool conn_readable(worker *w, conn *c)
         ssize_t k = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (k > 0) {
             c->len += (size_t)k;
-            if (!run_requests(w, c))
-                return false;
-            continue;
+            return run_requests(w, c);
         }
         if (k == 0)
             return false; /* the client closed */
@@ -274,8 +279,8 @@ static void *worker_main(void *arg)
     struct epoll_event evs[64];
     while (!atomic_load(&w->srv->stop)) {
         int n = epoll_wait(w->epfd, evs, 64, -1);
-        if (n < 0 && errno != EINTR)
-            break;
+        if (n < 0)
+            continue; /* EINTR (nothing else can fail on a valid epoll fd) */
         for (int i = 0; i < n; i++) {
             if (evs[i].data.ptr == NULL) {
                 take_incoming(w);
@@ -298,13 +303,14 @@ static void *acceptor_main(void *arg)
     while (!atomic_load(&s->stop)) {
         int fd = accept4(s->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                usleep(10000); /* out of descriptors: let some close */
-                continue;
-            }
-            break; /* the listener was shut down (stop) */
+            if (atomic_load(&s->stop))
+                break; /* the listener was shut down */
+            /* Anything else is retried: accept() also reports a pending
+             * network error of the connection it dropped (EPROTO, ENETDOWN,
+             * ...); out of descriptors or memory, some may be freed soon. */
+            if (errno != EINTR && errno != ECONNABORTED)
+                usleep(errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM ? 10000 : 1000);
+            continue;
         }
         if (atomic_load(&s->stop)) {
             close(fd);
@@ -382,8 +388,10 @@ static void free_workers(rpc_server *s)
 {
     for (unsigned i = 0; i < s->n_workers; i++) {
         worker *w = &s->workers[i];
-        for (size_t k = 0; k < w->n_incoming; k++)
+        for (size_t k = 0; k < w->n_incoming; k++) {
             close(w->incoming[k]);
+            atomic_fetch_add(&s->closed, 1);
+        }
         free(w->incoming);
         if (w->epfd >= 0)
             close(w->epfd);
@@ -434,10 +442,13 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         free(s);
         return mango_error(MANGO_ENOMEM, "mango_rpc_start: out of memory");
     }
+    for (unsigned i = 0; i < s->n_workers; i++) { /* first, so free_workers may run */
+        s->workers[i].srv = s;
+        s->workers[i].epfd = s->workers[i].wake_fd = -1;
+        pthread_mutex_init(&s->workers[i].mu, NULL);
+    }
     for (unsigned i = 0; i < s->n_workers; i++) {
         worker *w = &s->workers[i];
-        w->srv = s;
-        pthread_mutex_init(&w->mu, NULL);
         w->epfd = epoll_create1(EPOLL_CLOEXEC);
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
