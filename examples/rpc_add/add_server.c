@@ -273,6 +273,8 @@ int main(int argc, char **argv)
     mango_callbacks cb = {.init_client = init_client, .destroy_client = destroy_client,
                           .deserialize_request = deserialize, .is_read_only = is_read_only,
                           .process_request = process, .get_response = get_response};
+    if (rc.threads + 1 > cfg.max_threads) /* each worker takes one of the runtime's thread slots */
+        cfg.max_threads = rc.threads + 1;
     int st = mango_init(&cfg, &cb);
     if (st < 0) {
         fprintf(stderr, "add_server: %s\n", mango_last_error());
