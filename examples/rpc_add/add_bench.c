@@ -51,26 +51,12 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static int send_all(int fd, const void *b, size_t n)
-{
-    const char *p = b;
-    while (n > 0) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            return -1;
-        p += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int recv_all(int fd, void *b, size_t n)
+/* Sends (out) or receives all n bytes; -1 if the connection failed. */
+static int transfer(int fd, void *b, size_t n, bool out)
 {
     char *p = b;
     while (n > 0) {
-        ssize_t k = recv(fd, p, n, 0);
+        ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && errno == EINTR)
             continue;
         if (k <= 0)
@@ -110,8 +96,8 @@ static void *client_main(void *arg)
             memcpy(req + 9, &one64, 8);
         uint64_t t0 = now_ns();
         uint32_t rlen = 0;
-        if (send_all(fd, req, 4 + len) || recv_all(fd, &rlen, 4) || rlen > sizeof resp ||
-            recv_all(fd, resp, rlen) || rlen != 8) {
+        if (transfer(fd, req, 4 + len, true) || transfer(fd, &rlen, 4, false) || rlen > sizeof resp ||
+            transfer(fd, resp, rlen, false) || rlen != 8) {
             c->error = rlen != 8 ? EPROTO : errno;
             break;
         }
