@@ -387,8 +387,7 @@ static int batch_end(void *arg, uint64_t *ticket)
 
 /* Pipelined combining (fs, sim): a combined batch's commands wait for its
  * ticket after the combiner released the lock, so the next batch runs while
- * this one syncs; a read-only command waits for every batch ended before it
- * read (it may have seen their stores). */
+ * this one syncs (read-only commands: read_done). */
 static int wait_durable(void *arg, uint64_t ticket)
 {
     (void)arg;
