@@ -15,9 +15,14 @@
  * response frame. A client may send several requests without waiting
  * (pipelining); responses come back in request order.
  *
+ * Responses go to a per-connection output buffer and are sent without
+ * blocking. A client that stops reading them has its connection watched for
+ * output only: its further requests wait in the socket, unread and not run,
+ * while the worker serves its other connections.
+ *
  * Bad input closes only its own connection: a frame longer than
- * max_request, a client that does not read its responses for
- * MANGO_RPC_SEND_TIMEOUT_MS, or a command the runtime refused (then nothing
+ * max_request, a client that leaves responses unread for 10 s
+ * (MANGO_RPC_SEND_TIMEOUT_MS in the environment), or a command the runtime refused (then nothing
  * of it may be acknowledged). The counters in mango_rpc_stats say why.
  */
 #define _GNU_SOURCE
@@ -27,7 +32,6 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -35,11 +39,12 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "runtime/error.h"
 
-#define MANGO_RPC_SEND_TIMEOUT_MS 10000
+#define RPC_SEND_TIMEOUT_MS 10000 /* default of MANGO_RPC_SEND_TIMEOUT_MS */
 #define RPC_MAX_THREADS 256
 #define RPC_DEFAULT_THREADS 8
 #define RPC_DEFAULT_MAX_REQUEST (1u << 20)
@@ -50,6 +55,9 @@ typedef struct conn {
     void *ctx;
     uint8_t *buf; /* bytes received, not yet processed */
     size_t len, cap;
+    uint8_t *out; /* responses not yet sent: out[out_off..out_len) */
+    size_t out_off, out_len, out_cap;
+    uint64_t out_since_ms; /* when the client stopped taking them (0: it takes them) */
     struct conn *prev, *next; /* the worker's list */
 } conn;
 
@@ -61,6 +69,7 @@ typedef struct worker {
     int *incoming;            /* accepted fds, not yet taken by the worker */
     size_t n_incoming, cap_incoming;
     conn *conns;              /* owned by the worker thread only */
+    unsigned n_blocked;       /* conns with unsent responses (waiting for EPOLLOUT) */
     struct rpc_server *srv;
 } worker;
 
@@ -71,6 +80,7 @@ struct rpc_server {
     int port;
     pthread_t acceptor;
     _Atomic bool stop;
+    uint64_t send_timeout_ms;
     _Atomic uint64_t next_client_id;
     worker *workers;
     unsigned n_workers;
@@ -92,7 +102,10 @@ static void conn_close(worker *w, conn *c)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
+    if (c->out_since_ms)
+        w->n_blocked--;
     free(c->buf);
+    free(c->out);
     free(c);
     atomic_fetch_add(&w->srv->closed, 1);
 }
@@ -123,55 +136,90 @@ static void conn_open(worker *w, int fd)
     w->conns = c;
 }
 
-/* Sends all of buf. *waited_ms counts the time spent waiting for the client
- * to read, over one response; past the send timeout (or at stop) it gives up.
- * Returns false if the connection must be closed. */
-static bool send_all(worker *w, conn *c, const void *buf, size_t n, int *waited_ms)
+static uint64_t now_ms(void)
 {
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t k = send(c->fd, p, n, MSG_NOSIGNAL);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* Watch the socket for input (the client takes its responses) or only for
+ * output (responses wait: no more requests are read or run until they left,
+ * so a client that does not read cannot make the server buffer without
+ * bound, and the worker's other connections go on meanwhile). */
+static bool watch(worker *w, conn *c, bool blocked)
+{
+    if (blocked == (c->out_since_ms != 0))
+        return true;
+    struct epoll_event ev = {.events = (blocked ? EPOLLOUT : EPOLLIN) | EPOLLRDHUP, .data.ptr = c};
+    if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
+        return false;
+    if (blocked) {
+        c->out_since_ms = now_ms() | 1;
+        w->n_blocked++;
+    } else {
+        c->out_since_ms = 0;
+        w->n_blocked--;
+    }
+    return true;
+}
+
+/* Sends what the socket takes now. Returns false if the connection must be
+ * closed; *done says whether every response left. */
+static bool flush_out(conn *c, bool *done)
+{
+    while (c->out_off < c->out_len) {
+        ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
         if (k > 0) {
-            p += k;
-            n -= (size_t)k;
+            c->out_off += (size_t)k;
             continue;
         }
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (atomic_load(&w->srv->stop))
-                return false;
-            if (*waited_ms >= MANGO_RPC_SEND_TIMEOUT_MS) {
-                atomic_fetch_add(&w->srv->send_timeouts, 1);
-                return false;
-            }
-            struct pollfd pf = {.fd = c->fd, .events = POLLOUT};
-            if (poll(&pf, 1, 100) == 0)
-                *waited_ms += 100;
-            continue;
+            *done = false;
+            return true;
         }
         return false; /* peer gone */
     }
+    c->out_off = c->out_len = 0;
+    *done = true;
     return true;
 }
 
-static bool send_response(worker *w, conn *c, mango_response r)
+/* Appends a response frame to the output. */
+static bool queue_response(conn *c, mango_response r)
 {
     if (r.size > UINT32_MAX)
         return false;
-    uint8_t hdr[4] = {(uint8_t)r.size, (uint8_t)(r.size >> 8), (uint8_t)(r.size >> 16),
-                      (uint8_t)(r.size >> 24)};
-    int waited_ms = 0;
-    if (r.size == 0)
-        return send_all(w, c, hdr, 4, &waited_ms);
-    /* One send for small responses (header and payload in one segment). */
-    if (r.size <= 4096) {
-        uint8_t frame[4 + 4096];
-        memcpy(frame, hdr, 4);
-        memcpy(frame + 4, r.data, r.size);
-        return send_all(w, c, frame, 4 + r.size, &waited_ms);
+    size_t need = c->out_len + 4 + r.size;
+    if (need > c->out_cap) {
+        if (c->out_off > 0) { /* reuse the space already sent */
+            memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_len -= c->out_off;
+            c->out_off = 0;
+            need = c->out_len + 4 + r.size;
+        }
+        if (need > c->out_cap) {
+            size_t cap = c->out_cap ? c->out_cap * 2 : 4096;
+            while (cap < need)
+                cap *= 2;
+            uint8_t *b = realloc(c->out, cap);
+            if (!b)
+                return false;
+            c->out = b;
+            c->out_cap = cap;
+        }
     }
-    return send_all(w, c, hdr, 4, &waited_ms) && send_all(w, c, r.data, r.size, &waited_ms);
+    uint8_t *p = c->out + c->out_len;
+    p[0] = (uint8_t)r.size;
+    p[1] = (uint8_t)(r.size >> 8);
+    p[2] = (uint8_t)(r.size >> 16);
+    p[3] = (uint8_t)(r.size >> 24);
+    if (r.size)
+        memcpy(p + 4, r.data, r.size);
+    c->out_len += 4 + r.size;
+    return true;
 }
 
 static uint32_t frame_len(const uint8_t *p)
@@ -200,8 +248,14 @@ static bool run_requests(worker *w, conn *c)
             atomic_fetch_add(&s->refused, 1); /* nothing of it may be acknowledged */
             return false;
         }
-        if (!send_response(w, c, s->cb->get_response(c->ctx)))
+        bool sent;
+        if (!queue_response(c, s->cb->get_response(c->ctx)) || !flush_out(c, &sent))
             return false;
+        if (!sent) { /* the client is not reading: wait for it before running more */
+            if (!watch(w, c, true))
+                return false;
+            break;
+        }
     }
     if (off > 0) {
         memmove(c->buf, c->buf + off, c->len - off);
@@ -273,12 +327,38 @@ static void take_incoming(worker *w)
     }
 }
 
+/* The client took some output: send the rest; once all left, read again and
+ * run the requests that waited in the buffer. Returns false to close. */
+static bool conn_writable(worker *w, conn *c)
+{
+    bool sent;
+    if (!flush_out(c, &sent))
+        return false;
+    if (!sent)
+        return true;
+    return watch(w, c, false) && run_requests(w, c);
+}
+
+/* Closes the connections whose client left responses unread for the send
+ * timeout. */
+static void close_stalled(worker *w)
+{
+    uint64_t now = now_ms();
+    for (conn *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        if (c->out_since_ms && now - c->out_since_ms >= w->srv->send_timeout_ms) {
+            atomic_fetch_add(&w->srv->send_timeouts, 1);
+            conn_close(w, c);
+        }
+    }
+}
+
 static void *worker_main(void *arg)
 {
     worker *w = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&w->srv->stop)) {
-        int n = epoll_wait(w->epfd, evs, 64, -1);
+        int n = epoll_wait(w->epfd, evs, 64, w->n_blocked ? 100 : -1);
         if (n < 0)
             continue; /* EINTR (nothing else can fail on a valid epoll fd) */
         for (int i = 0; i < n; i++) {
@@ -287,9 +367,12 @@ static void *worker_main(void *arg)
                 continue;
             }
             conn *c = evs[i].data.ptr;
-            if (!conn_readable(w, c) || (evs[i].events & (EPOLLHUP | EPOLLERR)))
+            bool ok = c->out_since_ms ? conn_writable(w, c) : conn_readable(w, c);
+            if (!ok || (evs[i].events & (EPOLLHUP | EPOLLERR)))
                 conn_close(w, c);
         }
+        if (w->n_blocked)
+            close_stalled(w);
     }
     while (w->conns)
         conn_close(w, w->conns);
@@ -425,6 +508,18 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         free(s);
         return mango_error(MANGO_EINVAL, "mango_rpc_start: %u worker threads; at most %u "
                            "(mango_config.max_threads - 1, and %u)", cfg->threads, limit, RPC_MAX_THREADS);
+    }
+    s->send_timeout_ms = RPC_SEND_TIMEOUT_MS;
+    const char *to = getenv("MANGO_RPC_SEND_TIMEOUT_MS");
+    if (to && *to) {
+        char *end;
+        unsigned long long v = strtoull(to, &end, 10);
+        if (*end || v < 100 || v > 3600000) {
+            free(s);
+            return mango_error(MANGO_EINVAL, "MANGO_RPC_SEND_TIMEOUT_MS=%s: expected milliseconds, "
+                               "100 to 3600000", to);
+        }
+        s->send_timeout_ms = v;
     }
     if (s->cfg.max_request > (1u << 30)) {
         free(s);

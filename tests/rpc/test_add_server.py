@@ -241,6 +241,44 @@ def test_a_streaming_client_does_not_hold_its_worker(pool):
         t.join(5)
 
 
+def test_a_client_that_never_reads_stalls_only_itself(pool):
+    """One worker; a client sends 600 000 pipelined GETs (7 MB of responses,
+    more than the socket buffers hold) and reads nothing. Another client of
+    the same worker is answered at once, and the stalled one is closed after
+    the send timeout (MANGO_RPC_SEND_TIMEOUT_MS=500 here) with most of its
+    requests never run."""
+    n = 600000
+    srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_SEND_TIMEOUT_MS": "500"}).start()
+    mute = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    mute.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
+    mute.connect(("127.0.0.1", srv.port))
+    req = struct.pack("<I", 5) + b"G" + struct.pack("<I", 5)
+
+    def flood():
+        try:
+            mute.sendall(req * n)
+        except OSError:
+            pass  # closed by the server
+
+    sender = threading.Thread(target=flood, daemon=True)
+    sender.start()
+    time.sleep(0.3)
+    other = Client(srv.port)
+    other.s.settimeout(5)
+    t0 = time.monotonic()
+    assert other.add(5, 1) == 1
+    assert time.monotonic() - t0 < 1.0
+    time.sleep(1.5)  # past the send timeout
+    assert other.add(5, 1) == 2
+    other.close()
+    sender.join(10)
+    mute.close()
+    out = srv.stop()
+    assert "send_timeouts=1" in out, out
+    ran = int(out.split("requests=")[1].split()[0])
+    assert ran < n, out  # the stalled client's later requests never ran
+
+
 def test_reads_after_a_failed_sync_report_nothing_lost(pool):
     """A sync made to fail (MANGO_FAULT_SYNC=N, sim mode) while one client
     adds and four read the same counter: no read may have replied a value
