@@ -57,7 +57,8 @@ typedef struct conn {
     size_t len, cap;
     uint8_t *out; /* responses not yet sent: out[out_off..out_len) */
     size_t out_off, out_len, out_cap;
-    uint64_t out_since_ms; /* when the client stopped taking them (0: it takes them) */
+    bool blocked;          /* responses wait for the client: watched for output only */
+    uint64_t out_since_ms; /* while blocked: when the client last took some */
     struct conn *prev, *next; /* the worker's list */
 } conn;
 
@@ -102,7 +103,7 @@ static void conn_close(worker *w, conn *c)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (c->out_since_ms)
+    if (c->blocked)
         w->n_blocked--;
     free(c->buf);
     free(c->out);
@@ -149,16 +150,19 @@ static uint64_t now_ms(void)
  * bound, and the worker's other connections go on meanwhile). */
 static bool watch(worker *w, conn *c, bool blocked)
 {
-    if (blocked == (c->out_since_ms != 0))
+    if (blocked == c->blocked)
         return true;
-    struct epoll_event ev = {.events = (blocked ? EPOLLOUT : EPOLLIN) | EPOLLRDHUP, .data.ptr = c};
+    /* Blocked: EPOLLOUT only. EPOLLRDHUP is level-triggered, and a client that
+     * half-closed while not reading would make every epoll_wait return at
+     * once (EPOLLHUP and EPOLLERR are reported anyway). */
+    struct epoll_event ev = {.events = blocked ? EPOLLOUT : EPOLLIN | EPOLLRDHUP, .data.ptr = c};
     if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
         return false;
+    c->blocked = blocked;
     if (blocked) {
-        c->out_since_ms = now_ms() | 1;
+        c->out_since_ms = now_ms();
         w->n_blocked++;
     } else {
-        c->out_since_ms = 0;
         w->n_blocked--;
     }
     return true;
@@ -332,10 +336,14 @@ static void take_incoming(worker *w)
 static bool conn_writable(worker *w, conn *c)
 {
     bool sent;
+    size_t before = c->out_off;
     if (!flush_out(c, &sent))
         return false;
-    if (!sent)
+    if (!sent) {
+        if (c->out_off != before) /* it reads, slowly: the timeout counts from here */
+            c->out_since_ms = now_ms();
         return true;
+    }
     return watch(w, c, false) && run_requests(w, c);
 }
 
@@ -346,7 +354,7 @@ static void close_stalled(worker *w)
     uint64_t now = now_ms();
     for (conn *c = w->conns, *next; c; c = next) {
         next = c->next;
-        if (c->out_since_ms && now - c->out_since_ms >= w->srv->send_timeout_ms) {
+        if (c->blocked && now - c->out_since_ms >= w->srv->send_timeout_ms) {
             atomic_fetch_add(&w->srv->send_timeouts, 1);
             conn_close(w, c);
         }
@@ -367,7 +375,7 @@ static void *worker_main(void *arg)
                 continue;
             }
             conn *c = evs[i].data.ptr;
-            bool ok = c->out_since_ms ? conn_writable(w, c) : conn_readable(w, c);
+            bool ok = c->blocked ? conn_writable(w, c) : conn_readable(w, c);
             if (!ok || (evs[i].events & (EPOLLHUP | EPOLLERR)))
                 conn_close(w, c);
         }

@@ -241,42 +241,74 @@ def test_a_streaming_client_does_not_hold_its_worker(pool):
         t.join(5)
 
 
-def test_a_client_that_never_reads_stalls_only_itself(pool):
-    """One worker; a client sends 600 000 pipelined GETs (7 MB of responses,
-    more than the socket buffers hold) and reads nothing. Another client of
-    the same worker is answered at once, and the stalled one is closed after
-    the send timeout (MANGO_RPC_SEND_TIMEOUT_MS=500 here) with most of its
-    requests never run."""
-    n = 600000
-    srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_SEND_TIMEOUT_MS": "500"}).start()
+def mute_client(port, requests):
+    """A client with a small receive window that sends `requests` pipelined
+    GETs from a thread and reads nothing. Returns (socket, sender thread)."""
     mute = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     mute.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: a small window
-    mute.connect(("127.0.0.1", srv.port))
+    mute.connect(("127.0.0.1", port))
     req = struct.pack("<I", 5) + b"G" + struct.pack("<I", 5)
 
     def flood():
         try:
-            mute.sendall(req * n)
+            mute.sendall(req * requests)
         except OSError:
             pass  # closed by the server
 
     sender = threading.Thread(target=flood, daemon=True)
     sender.start()
+    return mute, sender
+
+
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_client_that_never_reads_stalls_only_itself(pool):
+    """One worker; a client sends 3 000 000 pipelined GETs (27 MB, more than
+    the socket buffers hold either way) and reads nothing. Another client of
+    the same worker is answered at once; the silent one is not closed before
+    the send timeout (MANGO_RPC_SEND_TIMEOUT_MS=2000 here) but is after it,
+    with most of its requests never run."""
+    n = 3000000
+    srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_SEND_TIMEOUT_MS": "2000"}).start()
+    mute, sender = mute_client(srv.port, n)
     time.sleep(0.3)
     other = Client(srv.port)
     other.s.settimeout(5)
     t0 = time.monotonic()
     assert other.add(5, 1) == 1
     assert time.monotonic() - t0 < 1.0
-    time.sleep(1.5)  # past the send timeout
+    time.sleep(0.7)
+    assert sender.is_alive(), "closed before the send timeout"
+    sender.join(5)  # the close (a reset: its requests were left unread) ends the send
+    assert not sender.is_alive(), "not closed after the send timeout"
     assert other.add(5, 1) == 2
     other.close()
-    sender.join(10)
     mute.close()
     out = srv.stop()
     assert "send_timeouts=1" in out, out
     ran = int(out.split("requests=")[1].split()[0])
     assert ran < n, out  # the stalled client's later requests never ran
+
+
+def test_a_half_closed_silent_client_does_not_spin_its_worker(pool):
+    """A silent client that also shuts down its sending side: while its
+    responses wait, the worker must sleep, not spin on the hang-up event."""
+    srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_SEND_TIMEOUT_MS": "10000"}).start()
+    mute, sender = mute_client(srv.port, 300000)
+    sender.join(10)
+    assert not sender.is_alive(), "the requests were not taken"
+    mute.shutdown(socket.SHUT_WR)
+    time.sleep(0.3)
+    c0 = cpu_seconds(srv.proc.pid)
+    time.sleep(1.0)
+    used = cpu_seconds(srv.proc.pid) - c0
+    assert used < 0.3, "the server used %.2f s of CPU in 1 s while waiting" % used
+    mute.close()
+    srv.stop()
 
 
 def test_reads_after_a_failed_sync_report_nothing_lost(pool):
