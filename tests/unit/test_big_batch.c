@@ -264,6 +264,7 @@ static void fs_pipelined_checks(const char *pool, const char *big_path)
     }
     mango_shutdown();
     unlink(pool);
+    unlink(big_path); /* a clean shutdown removed it, but not a failed one (mutants) */
 }
 
 /* ---- part 3: committed, unapplied, and the file is not right ---- */
