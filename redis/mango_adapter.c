@@ -388,8 +388,19 @@ void mangoRedisInit(int argc, char **argv)
              test_reads_ignore_keys ? " (TEST MUTANT MANGO_REDIS_TEST_READS_IGNORE_KEYS: reads do not "
                                       "wait for the writes they observe; never use it in production)" : "");
     if (mango_recovered && durable_magic != MANGO_REDIS_MAGIC) {
-        fprintf(stderr, "Mangosteen: the pool holds no Redis state (was it created by another program?)\n");
-        exit(1);
+        uint64_t allocated = 1;
+        mango_heap_room(&allocated, NULL);
+        if (durable_magic != 0 || allocated != 0) {
+            fprintf(stderr, "Mangosteen: the pool holds no Redis state (was it created by another program?)\n");
+            exit(1);
+        }
+        /* Made by this same build (mango_init checked the layout) at a start
+         * that stopped before the batch that creates the databases (a port in
+         * use, a refused setting): nothing was ever stored in it. Start it as
+         * a new pool instead of refusing it for good. */
+        mango_recovered = 0;
+        snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: FRESH (made by an earlier start "
+                 "that stopped before it held any data)", pool ? pool : "(default)", mode && *mode ? mode : "emulated");
     }
 }
 

@@ -33,20 +33,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$((20000 + RANDOM % 20000))
+# Below Linux's ephemeral range (32768-60999 by default), so that no client
+# socket of a test running alongside holds it; start() still moves to another
+# port if this one is taken.
+pick_port() { port=$((20000 + RANDOM % 12000)); }
+pick_port
 fail() { echo "FAIL: $*" >&2; echo "--- server log ---" >&2; tail -n 30 "$tmp"/*.log >&2 || true; exit 1; }
 r() { "$cli" -h 127.0.0.1 -p "$port" "$@"; }
 
 start() { # $1: log name
-    "$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
-        --daemonize no --logfile "$tmp/$1.log" --dir "$tmp" &
-    pid=$!
-    for _ in $(seq 100); do
-        r ping >/dev/null 2>&1 && return 0
-        kill -0 "$pid" 2>/dev/null || fail "server exited at start ($1)"
-        sleep 0.05
+    for attempt in 1 2 3 4 5; do
+        "$server" --port "$port" --bind 127.0.0.1 --save "" --appendonly no \
+            --daemonize no --logfile "$tmp/$1.log" --dir "$tmp" &
+        pid=$!
+        for _ in $(seq 100); do
+            r ping >/dev/null 2>&1 && return 0
+            if ! kill -0 "$pid" 2>/dev/null; then
+                grep -q "Address already in use" "$tmp/$1.log" 2>/dev/null || fail "server exited at start ($1)"
+                echo "smoke: port $port is taken, trying another"
+                pick_port
+                continue 2
+            fi
+            sleep 0.05
+        done
+        fail "server did not answer ($1)"
     done
-    fail "server did not answer ($1)"
+    fail "no free port after 5 tries ($1)"
 }
 
 dump() { # canonical dump of every key (one redis-cli session): name, type, value, expire time

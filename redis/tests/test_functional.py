@@ -24,6 +24,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -892,6 +893,44 @@ def test_replicaof_is_refused(srv):
     assert rc == 1 and "replicaof is not supported with a pool" in log, (rc, log[-1500:])
     rc, log = start_refused(srv, ["--cluster-enabled", "yes"])
     assert rc == 1 and "cluster mode is not supported with a pool" in log, (rc, log[-1500:])
+
+
+@pytest.mark.parametrize("refusal", ["port", "setting"])
+def test_a_new_pool_whose_first_start_stopped_early_still_starts(refusal):
+    """The first start makes the pool; if it stops before creating the
+    databases (its port is taken, a refused setting), the pool holds nothing.
+    The next start must treat it as new; it used to refuse it for good with
+    "the pool holds no Redis state"."""
+    s = DurableServer("emulated", SHM_DIR)
+    try:
+        first_start_stops_early(s, refusal)
+    finally:
+        s.cleanup()
+
+
+def first_start_stops_early(s, refusal):
+    if refusal == "port":
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            s.runs += 1
+            s.log = os.path.join(s.dir, f"server-{s.runs}.log")
+            s.out = os.path.join(s.dir, f"server-{s.runs}.out")
+            with open(s.out, "wb") as out:
+                p = subprocess.run(s.argv(taken.getsockname()[1]), env=s.env, stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=subprocess.STDOUT, timeout=60)
+            rc, log = p.returncode, s.logtext()
+        assert rc != 0 and "Address already in use" in log, (rc, log[-1500:])
+    else:
+        rc, log = start_refused(s, ["--cluster-enabled", "yes"])
+        assert rc == 1 and "cluster mode is not supported with a pool" in log, (rc, log[-1500:])
+    assert os.path.exists(s.pool)
+    assert s.start() == "FRESH", s.logtext()[-1500:]
+    assert "made by an earlier start that stopped before it held any data" in s.logtext()
+    s.client().set("k", "v")
+    s.stop("kill")
+    assert s.start() == "RECOVERED"
+    assert s.client().get("k") == b"v"
 
 
 def test_writes_larger_than_the_log(srv):
