@@ -133,6 +133,7 @@ def main():
             srv.close()
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
+        rb.remove_pool_dirs(args)
     with open(os.path.join(args.out, "big_values.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=["system", "size", "rep", "seconds", "ok", "reply"])
         w.writeheader()

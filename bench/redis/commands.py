@@ -150,6 +150,7 @@ def main():
                 failed += 1
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
+        rb.remove_pool_dirs(args)
     with open(os.path.join(args.out, "commands.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()

@@ -290,6 +290,12 @@ class Server:
             self.remove_files()
 
 
+def remove_pool_dirs(args):
+    """The per-process folders Server puts pools and AOFs in (fs and shm)."""
+    for base in (args.fs_dir, args.shm_dir):
+        shutil.rmtree(os.path.join(base, "mango-redis-bench-%d" % os.getpid()), ignore_errors=True)
+
+
 def run_ycsb(args, phase, port, clients, extra, timeout):
     cmd = [args.ycsb, phase, "-p", str(port), "-r", str(args.records_for_phase),
            "-c", str(clients), "-t", str(min(args.ycsb_threads, clients)),
@@ -1081,8 +1087,7 @@ def main():
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-            for base in (args.fs_dir, args.shm_dir):
-                shutil.rmtree(os.path.join(base, "mango-redis-bench-%d" % os.getpid()), ignore_errors=True)
+            remove_pool_dirs(args)
     if not rec_rows and os.path.exists(rec_path):  # from an earlier --recovery-only run
         rec_rows = list(csv.DictReader(open(rec_path)))
     if not rows and os.path.exists(csv_path) and args.recovery_only:
