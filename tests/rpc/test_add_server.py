@@ -197,6 +197,17 @@ def test_oversized_or_truncated_frame_closes_only_that_connection(pool):
     assert "bad_frames=1" in out, out
 
 
+def answered_at_once(port, counter, expect, within):
+    """A new client's ADD of 1 to counter returns expect within `within` s,
+    though another client of the same worker misbehaves. Returns the client."""
+    c = Client(port)
+    c.s.settimeout(5)
+    t0 = time.monotonic()
+    assert c.add(counter, 1) == expect
+    assert time.monotonic() - t0 < within
+    return c
+
+
 def test_a_streaming_client_does_not_hold_its_worker(pool):
     """One worker, one client that keeps its socket full of pipelined GETs:
     another client of the same worker is still answered, and SIGTERM still
@@ -225,12 +236,7 @@ def test_a_streaming_client_does_not_hold_its_worker(pool):
     for t in ts:
         t.start()
     time.sleep(0.3)
-    other = Client(srv.port)
-    other.s.settimeout(5)
-    t0 = time.monotonic()
-    assert other.add(9, 1) == 1
-    assert time.monotonic() - t0 < 2.0
-    other.close()
+    answered_at_once(srv.port, 9, 1, within=2.0).close()
     t0 = time.monotonic()
     srv.proc.send_signal(signal.SIGTERM)
     srv.proc.wait(timeout=10)
@@ -276,11 +282,7 @@ def test_a_client_that_never_reads_stalls_only_itself(pool):
     srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_SEND_TIMEOUT_MS": "2000"}).start()
     mute, sender = mute_client(srv.port, n)
     time.sleep(0.3)
-    other = Client(srv.port)
-    other.s.settimeout(5)
-    t0 = time.monotonic()
-    assert other.add(5, 1) == 1
-    assert time.monotonic() - t0 < 1.0
+    other = answered_at_once(srv.port, 5, 1, within=1.0)
     time.sleep(0.7)
     assert sender.is_alive(), "closed before the send timeout"
     sender.join(5)  # the close (a reset: its requests were left unread) ends the send
