@@ -59,7 +59,24 @@ typedef struct mango_callbacks {
      * read-write command, when the pool is FRESH; skipped on RECOVERED. */
     void (*init_state)(void *arg);
     void *init_state_arg;
+    /* Optional: the keys of the request held in ctx (docs/architecture.md,
+     * "Reads wait only for their keys"). Stores up to max (MANGO_MAX_KEYS)
+     * application-chosen 64-bit key ids in keys[] and returns how many, or
+     * returns -1 when the request is not confined to keys. The contract:
+     *   - a read-only request's response depends only on what earlier
+     *     read-write requests that named one of its keys (or -1) wrote;
+     *   - a read-write request names every key whose readers could observe
+     *     what it writes (a write to bookkeeping that no request reads, such
+     *     as a count only inspected after mango_init, needs no key).
+     * Called on the same ctx after process_request, by the thread that ran
+     * it; it must only read ctx. With it, in fs and sim modes, a read waits
+     * for the batches that wrote its keys to be durable instead of every
+     * batch still in flight. A key named wrongly lets a read answer before
+     * what it read is durable: a crash may then take back what it returned. */
+    int (*request_keys)(void *ctx, uint64_t *keys, unsigned max);
 } mango_callbacks;
+
+#define MANGO_MAX_KEYS 16 /* keys one request may name (request_keys) */
 
 /* ---- configuration --------------------------------------------------- */
 
@@ -311,6 +328,9 @@ typedef struct mango_stats {
     uint64_t recovery_blocks_replayed; /* their entries (a big batch's from its file) */
     uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
     uint64_t log_data_bytes;     /* the bytes they carried */
+    /* Read-only commands in fs and sim modes that found a batch in flight: */
+    uint64_t reads_keyed;        /* ... and named their keys (request_keys) */
+    uint64_t reads_waited;       /* ... and waited for a sync (the others answered at once) */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

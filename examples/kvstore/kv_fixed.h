@@ -32,6 +32,28 @@ typedef struct kv_fixed_params {
 void kv_fixed_init(void *params /* kv_fixed_params* */);
 bool kv_fixed_is_read_only(void *cmd);
 void kv_fixed_process(void *cmd);
+/* mango's request_keys: a GET or PUT names its index; FILL writes every
+ * value, so it names none (-1). The per-client table and the PUT count are
+ * bookkeeping no command reads (inspected after mango_init only). Inline:
+ * it reads only the command, so the hand-annotated build shares it. */
+static inline int kv_fixed_request_keys(void *cmd, uint64_t *keys, unsigned max)
+{
+    const kv_fixed_cmd *c = cmd;
+    if (c->op == KV_FILL || max < 1)
+        return -1;
+    keys[0] = c->index;
+    return 1;
+}
+
+/* Test only: a GET names index + 1 instead, so it may answer before the PUT
+ * it read is durable (tests/linearizability must catch it). */
+static inline int kv_fixed_request_wrong_keys(void *cmd, uint64_t *keys, unsigned max)
+{
+    int n = kv_fixed_request_keys(cmd, keys, max);
+    if (n == 1 && ((const kv_fixed_cmd *)cmd)->op == KV_GET)
+        keys[0] += 1;
+    return n;
+}
 
 /* Inspection (after mango_init): */
 uint32_t kv_fixed_n_values(void);

@@ -73,6 +73,15 @@ static void grow(void)
     map->n_buckets = nb;
 }
 
+int kvh_request_keys(void *arg, uint64_t *keys, unsigned max)
+{
+    kvh_cmd *c = arg;
+    if (max < 1)
+        return -1;
+    keys[0] = hash_bytes(c->key, c->key_len);
+    return 1;
+}
+
 void kvh_process(void *arg)
 {
     kvh_cmd *c = arg;

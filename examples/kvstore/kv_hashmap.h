@@ -25,6 +25,9 @@ typedef struct kvh_cmd {
 void kvh_init(void *unused); /* mango init_state */
 bool kvh_is_read_only(void *cmd);
 void kvh_process(void *cmd);
+/* mango's request_keys: the hash of the key (growing the bucket array moves
+ * nodes, but no GET's answer depends on where they are). */
+int kvh_request_keys(void *cmd, uint64_t *keys, unsigned max);
 
 uint64_t kvh_count(void);
 uint64_t kvh_buckets(void);

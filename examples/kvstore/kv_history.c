@@ -279,12 +279,12 @@ static pid_t spawn_history_worker(double seconds)
             execl(O.self, O.self, "history-worker", "--pool", O.pool, "--history", O.history, "--mode",
                   mode, "--threads", threads, "--keys", keys, "--value-size", vsize, "--update-pct", upd,
                   "--seed", seed, "--pool-size", psize, "--log-size", lsize, "--think-us", think,
-                  "--seconds", secs, "--quiet", (char *)NULL);
+                  "--seconds", secs, "--read-keys", O.read_keys, "--quiet", (char *)NULL);
         else
             execl(O.self, O.self, "history-worker", "--pool", O.pool, "--history", O.history, "--mode",
                   mode, "--threads", threads, "--keys", keys, "--value-size", vsize, "--update-pct", upd,
                   "--seed", seed, "--pool-size", psize, "--log-size", lsize, "--think-us", think,
-                  "--quiet", (char *)NULL);
+                  "--read-keys", O.read_keys, "--quiet", (char *)NULL);
         _exit(127);
     }
     if (pid < 0)

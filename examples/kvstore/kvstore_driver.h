@@ -27,6 +27,7 @@ typedef struct opts {
     bool cut_recovery;      /* verify: cut a crash image inside recovery (exit 3) */
     double zipf;            /* run: Zipfian key skew (0 = uniform) */
     bool tolerate_empty;    /* verify: a recovered pool without the store is a loss, not an error */
+    const char *read_keys;  /* on (default), off, wrong (test: see kv_fixed.h) */
     bool quiet, seconds_set;
     char self[4096];
 } opts;
@@ -62,6 +63,9 @@ ack_file *open_ack_at(const char *path);
 void die_usage_msg(const char *msg);
 /* verify --cut-recovery: install the simulator so recovery is cut (exit 3). */
 void powerfail_cut_recovery(const char *pool_path, uint64_t seed);
+/* The request_keys callback --read-keys asks for: keyed, or NULL (off). */
+typedef int kv_keys_fn(void *cmd, uint64_t *keys, unsigned max);
+kv_keys_fn *kv_read_keys_callback(kv_keys_fn *keyed);
 /* Start the fixed-size store with the options in O; exits 2 on error. */
 int start_fixed(void);
 /* Recover and check against O.ack; 0 ok, 1 lost/torn. */

@@ -84,6 +84,9 @@ static const char *usage_text =
     "  --keys K           history-worker/-test: keys all clients share (default 8)\n"
     "  --think-us N       history-worker/-test: clients pause 0..2N us between ops\n"
     "                     (default 0; bounds the history's size for the checker)\n"
+    "  --read-keys MODE   on: GETs wait only for PUTs of their key to be durable\n"
+    "                     (mango_callbacks.request_keys; default); off: for every PUT\n"
+    "                     in flight; wrong: test only, name the wrong key (unsafe)\n"
     "  --quiet            less output\n"
     "\n"
     "Exit status: 0 success; 1 verification failure (lost or torn data); 2 usage or\n"
@@ -142,6 +145,7 @@ static void parse(int argc, char **argv)
         {"rounds", 1, 0, 'r'}, {"min-ms", 1, 0, 1}, {"max-ms", 1, 0, 2}, {"seed", 1, 0, 3},
         {"images", 1, 0, 4}, {"recovery-crashes", 0, 0, 5}, {"cut-recovery", 0, 0, 6},
         {"zipf", 1, 0, 10}, {"history", 1, 0, 7}, {"keys", 1, 0, 8}, {"think-us", 1, 0, 9},
+        {"read-keys", 1, 0, 11},
         {"quiet", 0, 0, 'q'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     O.mode = MANGO_PERSIST_AUTO;
     O.pool_size = 256u << 20;
@@ -157,6 +161,7 @@ static void parse(int argc, char **argv)
     O.min_ms = 30;
     O.max_ms = 400;
     O.seed = (uint64_t)time(NULL) ^ (uint64_t)getpid();
+    O.read_keys = "on";
     int c;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
@@ -186,6 +191,11 @@ static void parse(int argc, char **argv)
             break;
         case 8: O.keys = (uint32_t)parse_size(optarg, "--keys"); break;
         case 9: O.think_us = (unsigned)parse_size(optarg, "--think-us"); break;
+        case 11:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "wrong"))
+                die_usage("--read-keys must be on, off or wrong, not '%s'", optarg);
+            O.read_keys = optarg;
+            break;
         case 'q': O.quiet = true; break;
         case 'h': fputs(usage_text, stdout); exit(0);
         default: fputs("Try 'kvstore --help'.\n", stderr); exit(2);
@@ -217,6 +227,11 @@ static double now_s(void)
 
 static const char *status_name(int st) { return st == MANGO_FRESH ? "FRESH" : "RECOVERED"; }
 
+kv_keys_fn *kv_read_keys_callback(kv_keys_fn *keyed)
+{
+    return strcmp(O.read_keys, "off") ? keyed : NULL;
+}
+
 /* Start the fixed-size store; exits with status 2 on error. */
 int start_fixed(void)
 {
@@ -232,6 +247,8 @@ int start_fixed(void)
     mango_callbacks cb = {
         .is_read_only = kv_fixed_is_read_only,
         .process_request = kv_fixed_process,
+        .request_keys = !strcmp(O.read_keys, "wrong") ? kv_fixed_request_wrong_keys
+                                                      : kv_read_keys_callback(kv_fixed_request_keys),
         .init_state = kv_fixed_init,
         .init_state_arg = &params,
     };
@@ -654,7 +671,7 @@ static pid_t spawn(const char *cmd)
     if (pid == 0) {
         execl(O.self, O.self, cmd, "--pool", O.pool, "--ack", O.ack, "--mode", mode, "--threads",
               threads, "--values", values, "--value-size", vsize, "--update-pct", upd, "--seed", seed,
-              "--pool-size", psize, "--log-size", lsize, "--quiet", (char *)NULL);
+              "--pool-size", psize, "--log-size", lsize, "--read-keys", O.read_keys, "--quiet", (char *)NULL);
         _exit(127);
     }
     return pid;
@@ -733,7 +750,7 @@ static int run_hashmap(void)
     cfg.pool_size = O.pool_size;
     cfg.log_size = O.log_size;
     mango_callbacks cb = {.is_read_only = kvh_is_read_only, .process_request = kvh_process,
-                          .init_state = kvh_init};
+                          .init_state = kvh_init, .request_keys = kv_read_keys_callback(kvh_request_keys)};
     int st = mango_init(&cfg, &cb);
     if (st < 0) {
         fprintf(stderr, "kvstore: %s: %s\n", mango_strerror(st), mango_last_error());

@@ -129,6 +129,20 @@ static bool is_read_only(void *ctx) { return ((client *)ctx)->op != 'A'; }
 
 static void process(void *ctx) { handle_request(ctx); }
 
+/* An ADD or GET names its counter: a GET then waits only for ADDs to that
+ * counter to be durable, not for every ADD in flight. A sum reads them all
+ * (-1: it waits for everything before it); a malformed request reads nothing. */
+static int request_keys(void *ctx, uint64_t *keys, unsigned max)
+{
+    client *c = ctx;
+    if (c->op == 'S' || max < 1)
+        return -1;
+    if (c->op == 0)
+        return 0;
+    keys[0] = c->index;
+    return 1;
+}
+
 static mango_response get_response(void *ctx)
 {
     client *c = ctx;
@@ -154,6 +168,8 @@ static void usage(FILE *f)
 "  --port N           TCP port (default 0: any free port, printed at start)\n"
 "  --threads N        worker threads (default 8); each waits while its command\n"
 "                     becomes durable, so in fs mode about one per busy client\n"
+"  --unkeyed-reads    GETs do not name their counter (mango request_keys):\n"
+"                     each waits for every ADD in flight (for comparison)\n"
 "  --help             this text\n"
 "\n"
 "Protocol: frames of a 4-byte little-endian length and a payload (docs/rpc.md).\n"
@@ -211,7 +227,8 @@ int main(int argc, char **argv)
         {"pool-size", required_argument, 0, 's'}, {"log-size", required_argument, 0, 'l'},
         {"host", required_argument, 0, 'H'},
         {"port", required_argument, 0, 'P'}, {"threads", required_argument, 0, 't'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+        {"unkeyed-reads", no_argument, 0, 'u'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    bool keyed_reads = true;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         char *end;
@@ -253,6 +270,7 @@ int main(int argc, char **argv)
             }
             rc.threads = (unsigned)v;
             break;
+        case 'u': keyed_reads = false; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
         }
@@ -272,7 +290,8 @@ int main(int argc, char **argv)
 
     mango_callbacks cb = {.init_client = init_client, .destroy_client = destroy_client,
                           .deserialize_request = deserialize, .is_read_only = is_read_only,
-                          .process_request = process, .get_response = get_response};
+                          .process_request = process, .get_response = get_response,
+                          .request_keys = keyed_reads ? request_keys : NULL};
     if (rc.threads + 1 > cfg.max_threads) /* each worker takes one of the runtime's thread slots */
         cfg.max_threads = rc.threads + 1;
     int st = mango_init(&cfg, &cb);

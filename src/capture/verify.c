@@ -97,7 +97,8 @@ static const char *const runtime_files[] = {
     "backend.c",        "big_batch.c",    "capture.c",         "commit_pipeline.c", "crc32c.c",
     "dedup_set.c",      "durable_heap.c", "error.c",           "flat_combining.c",
     "layout.c",         "libc_interpose.c", "persist.c",       "pool.c",
-    "recovery.c",       "redo_log.c",     "rpc_server.c",      "runtime.c",         "split_alloc.c",
+    "read_deps.c",      "recovery.c",     "redo_log.c",        "rpc_server.c",      "runtime.c",
+    "split_alloc.c",
     "trace.c",          "verify.c",       "libstdcxx_interpose.cpp", "string_instantiation.cpp",
 };
 

@@ -354,13 +354,13 @@ int fc_execute(fc *f, void *ctx)
              * both seq_cst (see the top of the file). */
             atomic_store_explicit(&s->rflag, 1, memory_order_seq_cst);
             if (atomic_load_explicit(&f->wrflag, memory_order_seq_cst) == 0) {
-                f->hooks.process(ctx);
+                (f->hooks.process_read ? f->hooks.process_read : f->hooks.process)(ctx);
                 atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
                 fw_wake(&s->rflag, &s->rwaiters);
                 /* It may have read batches still in flight, or one whose
                  * commit failed: every batch it could see ended before wrflag
                  * was cleared, so before this call. */
-                return f->hooks.read_done ? f->hooks.read_done(f->hooks.arg) : 0;
+                return f->hooks.read_done ? f->hooks.read_done(f->hooks.arg, ctx) : 0;
             }
             /* A writer holds or is taking the lock: step aside so it can
              * finish draining readers, and wait for it to release. */

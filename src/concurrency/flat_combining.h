@@ -17,6 +17,9 @@
 typedef struct fc_hooks {
     bool (*is_read_only)(void *ctx);
     void (*process)(void *ctx);
+    /* Optional: runs read-only commands instead of process (the runtime's
+     * process also notes a write's keys, which a read must not do). */
+    void (*process_read)(void *ctx);
     /* Called by the combiner before the batch runs (start_tx). A non-zero
      * return aborts the batch: no command in it runs, each waiter gets it. */
     int (*batch_begin)(void *arg, unsigned batch_size);
@@ -32,11 +35,12 @@ typedef struct fc_hooks {
      * the command's result. */
     int (*wait_durable)(void *arg, uint64_t ticket);
     /* Optional: called by a read-only command's thread after it left the
-     * read side; a non-zero return replaces its result. Every batch the read
-     * could have seen ended before the write side was released, so before
-     * this call: the runtime waits here until they are durable, and refuses
+     * read side, with the command's ctx; a non-zero return replaces its
+     * result. Every batch the read could have seen ended before the write
+     * side was released, so before this call: the runtime waits here until
+     * they (or those that wrote the command's keys) are durable, and refuses
      * the read if one of them failed to commit. */
-    int (*read_done)(void *arg);
+    int (*read_done)(void *arg, void *ctx);
     /* Optional group commit: how long (ns) the combiner may wait for more
      * commands before starting a batch smaller than recent ones. 0: never. */
     uint64_t (*gather_window_ns)(void *arg);

@@ -167,8 +167,9 @@ static int h_wait(void *arg, uint64_t ticket)
 }
 
 /* A read waits for the last ended batch's ticket, as the runtime's does. */
-static int h_read_done(void *arg)
+static int h_read_done(void *arg, void *ctx)
 {
+    (void)ctx;
     uint64_t t = atomic_load(&((model *)arg)->ended);
     return t ? h_wait(arg, t) : 0;
 }

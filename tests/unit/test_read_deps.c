@@ -1,0 +1,300 @@
+/* test_read_deps.c -- reads wait only for their keys (read_deps.h and
+ * mango_callbacks.request_keys):
+ *   - the table alone: a published ticket lands on the batch's keys only;
+ *     a write without keys, an exclusive batch or a batch of more keys than
+ *     the pending list holds count for every key; a failed batch (ticket 0)
+ *     publishes nothing;
+ *   - the runtime in sim mode with every sync slowed to 300 ms: while a PUT
+ *     of key 1 is in flight, a GET of another key answers before that PUT is
+ *     durable, and a GET of key 1 answers only after it is; while a write
+ *     without keys is in flight, every GET waits for it, and so does a read
+ *     without keys.
+ * The runtime cases need the PUT's batch handed to the sync thread, which
+ * local mode does while readers wait for the lock: a thread keeps reading
+ * meanwhile, and a case is retried until its batch went that way. That
+ * thread's reads also check that read-only commands note no keys: the first
+ * version ran them through the same wrapper as writes, and their keys,
+ * noted by a thread outside the batch, made batches count as unkeyed. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "concurrency/read_deps.h"
+#include "mango.h"
+
+#include "check.h"
+#include "test_config.h"
+
+/* ---- the table alone ---------------------------------------------------- */
+
+static uint64_t target1(read_deps *d, uint64_t key) { return read_deps_target(d, &key, 1); }
+
+static void table_cases(void)
+{
+    static read_deps d;
+    read_deps_init(&d);
+    CHECK(target1(&d, 1) == 0);
+    CHECK(read_deps_target(&d, NULL, 0) == 0);
+
+    uint64_t k12[] = {1, 2};
+    read_deps_note_write(&d, k12, 2);
+    read_deps_publish(&d, 5, false);
+    CHECK(target1(&d, 1) == 5);
+    CHECK(target1(&d, 2) == 5);
+    CHECK(target1(&d, 3) == 0);
+    CHECK(read_deps_target(&d, k12, 2) == 5);
+
+    /* A write that names no keys at all (n == 0) changes nothing readable. */
+    read_deps_note_write(&d, NULL, 0);
+    read_deps_publish(&d, 6, false);
+    CHECK(target1(&d, 3) == 0 && target1(&d, 1) == 5);
+
+    /* A later batch on key 2 only. */
+    uint64_t k2 = 2;
+    read_deps_note_write(&d, &k2, 1);
+    read_deps_publish(&d, 7, false);
+    CHECK(target1(&d, 1) == 5 && target1(&d, 2) == 7);
+    uint64_t k123[] = {1, 2, 3};
+    CHECK(read_deps_target(&d, k123, 3) == 7);
+
+    /* A failed batch publishes nothing and leaves nothing pending. */
+    uint64_t k3 = 3;
+    read_deps_note_write(&d, &k3, 1);
+    read_deps_publish(&d, 0, false);
+    CHECK(target1(&d, 3) == 0);
+    read_deps_publish(&d, 8, false);
+    CHECK(target1(&d, 3) == 0);
+
+    /* One command without keys makes the whole batch count for every key. */
+    read_deps_note_write(&d, &k3, 1);
+    read_deps_note_write(&d, NULL, -1);
+    read_deps_publish(&d, 9, false);
+    CHECK(target1(&d, 4) == 9 && target1(&d, 1) == 9 && read_deps_target(&d, NULL, 0) == 9);
+
+    /* An exclusive batch (mango_batch_*, init_state) too. */
+    read_deps_publish(&d, 10, true);
+    CHECK(target1(&d, 12345) == 10);
+
+    /* More keys than the pending list holds: unkeyed. */
+    static read_deps e;
+    read_deps_init(&e);
+    for (uint64_t k = 0; k <= READ_DEPS_PENDING; k++)
+        read_deps_note_write(&e, &k, 1);
+    read_deps_publish(&e, 11, false);
+    CHECK(target1(&e, 999999) == 11);
+
+    /* Many distinct keys: no two of 1..64 share a slot (small consecutive
+     * keys, array indexes, must not collide). */
+    static read_deps f;
+    read_deps_init(&f);
+    for (uint64_t k = 1; k <= 64; k++) {
+        read_deps_note_write(&f, &k, 1);
+        read_deps_publish(&f, k, false);
+    }
+    int distinct = 1;
+    for (uint64_t k = 1; k <= 64; k++)
+        distinct &= target1(&f, k) == k;
+    CHECK(distinct);
+}
+
+/* ---- the runtime -------------------------------------------------------- */
+
+#define N_KEYS 16
+static uint64_t *values; /* durable */
+
+typedef struct cmd {
+    char op;      /* 'G' get, 'P' put, 'U' put without keys, 'S' sum (a read without keys) */
+    uint32_t key;
+    uint64_t value, out;
+} cmd;
+
+static void init_state(void *arg)
+{
+    (void)arg;
+    values = calloc(N_KEYS, sizeof *values);
+    mango_capture(&values, sizeof values);
+    mango_capture(values, N_KEYS * sizeof *values);
+}
+
+static bool is_ro(void *c) { return ((cmd *)c)->op == 'G' || ((cmd *)c)->op == 'S'; }
+
+static void process(void *arg)
+{
+    cmd *c = arg;
+    switch (c->op) {
+    case 'G':
+        c->out = values[c->key];
+        break;
+    case 'S':
+        c->out = 0;
+        for (int i = 0; i < N_KEYS; i++)
+            c->out += values[i];
+        break;
+    default:
+        values[c->key] = c->value;
+        mango_capture(&values[c->key], sizeof *values);
+    }
+}
+
+static int request_keys(void *arg, uint64_t *keys, unsigned max)
+{
+    cmd *c = arg;
+    if (c->op == 'U' || c->op == 'S' || max < 1)
+        return -1;
+    keys[0] = c->key;
+    return 1;
+}
+
+static _Atomic bool stop_reading;
+
+/* Keeps reading key 15, so that a writer's batch finds readers waiting for
+ * the lock and is handed to the sync thread. */
+static void *reader_main(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop_reading)) {
+        cmd g = {.op = 'G', .key = 15};
+        if (mango_client_cmd(&g) != MANGO_OK)
+            break;
+    }
+    return NULL;
+}
+
+static void *writer_main(void *arg)
+{
+    cmd *c = arg;
+    intptr_t rc = mango_client_cmd(c);
+    return (void *)rc;
+}
+
+static uint64_t durable_now(void)
+{
+    uint64_t d = 0;
+    mango_durable_ticket(&d);
+    return d;
+}
+
+/* Starts c on a writer thread and waits until its batch is in flight (sealed,
+ * not yet durable). false if it was committed inline instead (the caller
+ * retries): it then returns after the slowed sync. */
+static bool start_in_flight(cmd *c, pthread_t *t)
+{
+    pthread_create(t, NULL, writer_main, c);
+    for (int i = 0; i < 2000; i++) {
+        mango_stats s;
+        mango_get_stats(&s);
+        if (s.batches_in_flight > 0)
+            return true;
+        usleep(100);
+    }
+    return false;
+}
+
+/* One read while the write is in flight: its value, and whether it answered
+ * before the write was durable. */
+static bool read_before_durable(cmd *r, uint64_t in_flight)
+{
+    int rc = mango_client_cmd(r);
+    CHECK(rc == MANGO_OK);
+    return durable_now() < in_flight;
+}
+
+static int runtime_cases(const char *pool)
+{
+    setenv("MANGO_SIM_SYNC_DELAY_US", "300000", 1);
+    mango_config cfg;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = process, .init_state = init_state,
+                          .request_keys = request_keys};
+    unlink(pool);
+    int st = mango_init(&cfg, &cb);
+    CHECK(st == MANGO_FRESH);
+    if (st < 0) {
+        fprintf(stderr, "mango_init: %s\n", mango_last_error());
+        return 1;
+    }
+    pthread_t reader;
+    pthread_create(&reader, NULL, reader_main, NULL);
+
+    /* A keyed PUT in flight: other keys answer at once, its key waits. */
+    bool keyed_done = false, unkeyed_done = false;
+    for (int attempt = 0; attempt < 20 && !keyed_done; attempt++) {
+        cmd put = {.op = 'P', .key = 1, .value = 100 + (uint64_t)attempt};
+        pthread_t w;
+        bool flying = start_in_flight(&put, &w);
+        if (flying) {
+            uint64_t in_flight = mango_reply_ticket(); /* the last ticket handed out */
+            cmd other = {.op = 'G', .key = 2};
+            CHECK(read_before_durable(&other, in_flight)); /* did not wait for key 1's PUT */
+            cmd same = {.op = 'G', .key = 1};
+            bool early = read_before_durable(&same, in_flight);
+            CHECK(same.out == put.value); /* it saw the PUT ... */
+            CHECK(!early);                /* ... so it answered only once that was durable */
+            keyed_done = true;
+        }
+        void *rc;
+        pthread_join(w, &rc);
+        CHECK((intptr_t)rc == MANGO_OK);
+    }
+    CHECK(keyed_done);
+
+    /* A PUT without keys in flight: every read waits for it. */
+    for (int attempt = 0; attempt < 20 && !unkeyed_done; attempt++) {
+        cmd put = {.op = 'U', .key = 3, .value = 200 + (uint64_t)attempt};
+        pthread_t w;
+        if (start_in_flight(&put, &w)) {
+            uint64_t in_flight = mango_reply_ticket();
+            cmd other = {.op = 'G', .key = 2};
+            CHECK(!read_before_durable(&other, in_flight));
+            unkeyed_done = true;
+        }
+        void *rc;
+        pthread_join(w, &rc);
+        CHECK((intptr_t)rc == MANGO_OK);
+    }
+    CHECK(unkeyed_done);
+
+    /* A read without keys waits for a keyed PUT in flight. */
+    bool sum_done = false;
+    for (int attempt = 0; attempt < 20 && !sum_done; attempt++) {
+        cmd put = {.op = 'P', .key = 4, .value = 300 + (uint64_t)attempt};
+        pthread_t w;
+        if (start_in_flight(&put, &w)) {
+            uint64_t in_flight = mango_reply_ticket();
+            cmd sum = {.op = 'S'};
+            CHECK(!read_before_durable(&sum, in_flight));
+            sum_done = true;
+        }
+        void *rc;
+        pthread_join(w, &rc);
+        CHECK((intptr_t)rc == MANGO_OK);
+    }
+    CHECK(sum_done);
+
+    mango_stats s;
+    mango_get_stats(&s);
+    CHECK(s.reads_keyed > 0 && s.reads_waited > 0);
+    printf("reads that found a batch in flight: %llu named keys, %llu waited\n",
+           (unsigned long long)s.reads_keyed, (unsigned long long)s.reads_waited);
+
+    atomic_store(&stop_reading, true);
+    pthread_join(reader, NULL);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(pool);
+    return 0;
+}
+
+int main(void)
+{
+    table_cases();
+    char pool[64];
+    snprintf(pool, sizeof pool, "/dev/shm/mango-test-read-deps-%d.pool", (int)getpid());
+    runtime_cases(pool);
+    return check_report("test_read_deps");
+}
