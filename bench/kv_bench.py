@@ -32,10 +32,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-ALL_MODES = ("none", "emulated", "fs", "fs-inline", "sim", "auto")
-# Modes that are another mode plus environment: fs-inline is fs with
-# MANGO_PIPELINE=0 (each batch synced by its combiner under the write lock).
-MODE_AS = {"fs-inline": ("fs", {"MANGO_PIPELINE": "0"})}
+ALL_MODES = ("none", "emulated", "fs", "fs-inline", "fs-unkeyed", "sim", "auto")
+# Modes that are another mode plus environment and kvstore options: fs-inline
+# is fs with MANGO_PIPELINE=0 (each batch synced by its combiner under the
+# write lock); fs-unkeyed is fs with GETs that do not name their key
+# (--read-keys off: each waits for every PUT in flight, as before keys).
+MODE_AS = {"fs-inline": ("fs", {"MANGO_PIPELINE": "0"}, []),
+           "fs-unkeyed": ("fs", {}, ["--read-keys", "off"])}
 DURABLE_DIR = {"emulated": "/dev/shm", "sim": "/dev/shm", "auto": "/dev/shm", "none": "/dev/shm"}
 # Fields printed by `kvstore run`, in order; the CSV adds a few of its own first.
 RUN_FIELDS = ["mode", "status", "threads", "update_pct", "seconds", "ops", "ops_per_sec",
@@ -89,7 +92,8 @@ def parse_args(argv):
                "flushes/syncs cost ~nothing; fs = pool file in --fs-dir, synced with the "
                "file system (numbers depend on the disk); fs-inline = fs with MANGO_PIPELINE=0 "
                "(each batch synced under the write lock, as before pipelined combining); "
-               "sim/auto are passed through.\n\n"
+               "fs-unkeyed = fs with GETs that do not name their key (--read-keys off: each "
+               "waits for every PUT in flight); sim/auto are passed through.\n\n"
                "example: bench/kv_bench.py --kvstore build/examples/kvstore/kvstore "
                "--repeat 3 --out /tmp/kv")
     p.add_argument("--kvstore", metavar="PATH",
@@ -175,12 +179,12 @@ def remove_pool(path):
 def run_one(args, mode, threads, upd):
     pool = pool_path(args, mode)
     remove_pool(pool)
-    run_mode, extra_env = MODE_AS.get(mode, (mode, {}))
+    run_mode, extra_env, extra_args = MODE_AS.get(mode, (mode, {}, []))
     env = dict(os.environ)
     env.pop("MANGO_PIPELINE", None)  # from the caller's environment: only fs-inline sets it
     env.update(extra_env)
     cmd = [args.kvstore, "run", "--pool", pool, "--mode", run_mode, "--threads", str(threads),
-           "--update-pct", str(upd), "--seconds", "%g" % args.seconds]
+           "--update-pct", str(upd), "--seconds", "%g" % args.seconds] + extra_args
     if args.values is not None:
         cmd += ["--values", str(args.values)]
     if args.value_size is not None:
@@ -297,7 +301,8 @@ def write_md(path, args, med, info, started, elapsed):
     L.append("- modes: " + ", ".join(
         {"none": "`none` = durability off", "emulated": "`emulated` = pool on tmpfs (/dev/shm)",
          "fs": "`fs` = pool in `%s`" % args.fs_dir,
-         "fs-inline": "`fs-inline` = fs with `MANGO_PIPELINE=0` (batches synced under the write lock)"
+         "fs-inline": "`fs-inline` = fs with `MANGO_PIPELINE=0` (batches synced under the write lock)",
+         "fs-unkeyed": "`fs-unkeyed` = fs with `--read-keys off` (GETs wait for every PUT in flight)"
          }.get(m, "`%s`" % m) for m in modes))
     if max(args.threads) > (info["nproc"] or 1):
         L.append("- note: thread counts above %s oversubscribe the cores" % info["nproc"])

@@ -7,11 +7,13 @@ add_bench against it (closed loop, one request in flight per connection).
 
 Modes: none (durability off), emulated (pool on /dev/shm), fs (pool in
 --fs-dir), fs-inline (fs with MANGO_PIPELINE=0: each batch synced under the
-write lock). The server gets --threads equal to the client count unless
+write lock), fs-unkeyed (fs with add_server --unkeyed-reads: GETs do not name
+their counter, so each waits for every ADD in flight). The server gets --threads equal to the client count unless
 --server-threads is given (a worker waits while its command becomes durable).
 
 Outputs in --out DIR: results.csv (one row per run) and results.md (medians
-over --repeat, and each mode's ratio to none and fs / fs-inline).
+over --repeat, and each mode's ratio to none, fs / fs-inline and
+fs / fs-unkeyed).
 Exit status: 0; 1 if a run failed; 2 usage error.
 """
 import argparse
@@ -27,7 +29,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-MODES = ("none", "emulated", "fs", "fs-inline")
+MODES = ("none", "emulated", "fs", "fs-inline", "fs-unkeyed")
 
 
 def find(name, given):
@@ -52,8 +54,9 @@ def run_one(args, mode, clients, upd):
     if mode == "fs-inline":
         env["MANGO_PIPELINE"] = "0"
     threads = args.server_threads or clients
+    extra = ["--unkeyed-reads"] if mode == "fs-unkeyed" else []
     srv = subprocess.Popen([args.server, "--pool", os.path.join(d, "pool"),
-                            "--mode", mode.split("-")[0], "--threads", str(threads)],
+                            "--mode", mode.split("-")[0], "--threads", str(threads)] + extra,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = srv.stdout.readline()
@@ -151,8 +154,9 @@ def main():
     ratios = []
     if "none" in a.modes:
         ratios += [(m, "none") for m in a.modes if m != "none"]
-    if "fs" in a.modes and "fs-inline" in a.modes:
-        ratios.append(("fs", "fs-inline"))
+    for other in ("fs-inline", "fs-unkeyed"):
+        if "fs" in a.modes and other in a.modes:
+            ratios.append(("fs", other))
     head += ["%s / %s" % r for r in ratios]
     L.append("| " + " | ".join(head) + " |")
     L.append("|" + "---|" * len(head))

@@ -157,7 +157,8 @@ int mango_shutdown(void);
 
 /* Local mode: run one client command whose request is already in ctx.
  * Returns 0 once the command ran and, if read-write, is durable; a read-only
- * command returns once every write it may have seen is durable. A negative
+ * command returns once every write it may have seen is durable (with
+ * request_keys: every write to its keys, and every write without keys). A negative
  * error code if the runtime has failed (the command did not run, or a log
  * sync failed: then it must not be acknowledged). In fs and sim modes the
  * sync of one batch overlaps the next batch: the calling thread waits for

@@ -78,6 +78,7 @@ typedef struct fc_slot {
     int result;                  /* valid once status == FC_DONE */
     void *ctx;                   /* valid once status == FC_READY */
     uint64_t ticket;             /* valid once status == FC_DONE (wait_durable) */
+    _Atomic uint32_t reads;      /* read-only commands this slot's owner ran (fc_reads_seen) */
 } fc_slot;
 
 _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
@@ -96,6 +97,7 @@ struct fc {
     _Atomic unsigned hwm;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
     unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
+    uint32_t reads_sum;   /* fc_reads_seen: the slots' read counts at its last call */
     unsigned decay_tick;
 
     fc_slot slots[];
@@ -322,6 +324,7 @@ int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks)
         atomic_init(&s->status, FC_EMPTY);
         atomic_init(&s->swaiters, 0);
         atomic_init(&s->owned, 0);
+        atomic_init(&s->reads, 0);
     }
     int err = pthread_key_create(&f->key, slot_release);
     if (err != 0) {
@@ -355,6 +358,9 @@ int fc_execute(fc *f, void *ctx)
             atomic_store_explicit(&s->rflag, 1, memory_order_seq_cst);
             if (atomic_load_explicit(&f->wrflag, memory_order_seq_cst) == 0) {
                 (f->hooks.process_read ? f->hooks.process_read : f->hooks.process)(ctx);
+                /* Only the owner writes it: no read-modify-write needed. */
+                atomic_store_explicit(&s->reads, atomic_load_explicit(&s->reads, memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
                 atomic_store_explicit(&s->rflag, 0, memory_order_seq_cst);
                 fw_wake(&s->rflag, &s->rwaiters);
                 /* It may have read batches still in flight, or one whose
@@ -441,6 +447,21 @@ int fc_exclusive_end(fc *f)
 bool fc_readers_waiting(fc *f)
 {
     return atomic_load_explicit(&f->rwaiting, memory_order_relaxed) != 0;
+}
+
+bool fc_reads_seen(fc *f)
+{
+    /* The combiner's own reads do not count: it will wait for its batch
+     * anyway, so they could not run during the sync. */
+    const fc_slot *own = pthread_getspecific(f->key);
+    uint32_t sum = 0;
+    unsigned n = atomic_load_explicit(&f->hwm, memory_order_relaxed);
+    for (unsigned j = 0; j < n; j++)
+        if (&f->slots[j] != own)
+            sum += atomic_load_explicit(&f->slots[j].reads, memory_order_relaxed);
+    bool seen = sum != f->reads_sum;
+    f->reads_sum = sum;
+    return seen;
 }
 
 int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg)

@@ -512,6 +512,50 @@ static int test_readers_waiting(void)
     return 0;
 }
 
+/* process_read runs read-only commands (process keeps the writes);
+ * fc_reads_seen reports reads of other threads since its last call, not the
+ * caller's own. */
+static _Atomic unsigned long reads_via_process_read;
+
+static void h_process_read(void *ctx)
+{
+    atomic_fetch_add(&reads_via_process_read, 1);
+    h_process(ctx);
+}
+
+static int test_process_read_and_reads_seen(void)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fc_hooks h = make_hooks(&m);
+    h.process_read = h_process_read;
+    fc *f;
+    CHECK(fc_create(&f, 4, &h) == 0, "fc_create");
+    cmd r = {.ro = true, .m = &m, .batch_seen = -1};
+    CHECK(fc_execute(f, &r) == 0, "ro");
+    cmd w = {.ro = false, .m = &m, .batch_seen = -1};
+    CHECK(fc_execute(f, &w) == 0, "rw");
+    CHECK(atomic_load(&reads_via_process_read) == 1, "process_read ran %lu times",
+          atomic_load(&reads_via_process_read));
+    CHECK(m.processed == 1, "process ran %lu writes", m.processed);
+    /* This thread's own read does not count. */
+    CHECK(!fc_reads_seen(f), "the caller's own read was reported");
+    CHECK(fc_execute(f, &r) == 0, "ro");
+    CHECK(!fc_reads_seen(f), "the caller's own read was reported");
+    /* Another thread's does, once. */
+    reader_arg a = {.f = f, .m = &m, .rc = -1};
+    pthread_t th;
+    pthread_create(&th, NULL, reader_main, &a);
+    pthread_join(th, NULL);
+    CHECK(a.rc == 0, "reader rc %d", a.rc);
+    CHECK(fc_reads_seen(f), "another thread's read was not reported");
+    CHECK(!fc_reads_seen(f), "a read reported twice");
+    CHECK(atomic_load(&reads_via_process_read) == 3, "process_read ran %lu times",
+          atomic_load(&reads_via_process_read));
+    fc_destroy(f);
+    return 0;
+}
+
 /* -- thread limit -- */
 
 typedef struct holder {
@@ -690,6 +734,7 @@ int main(void)
         {"two_instances", test_two_instances},
         {"pipelined_tickets", test_pipelined_tickets},
         {"readers_waiting", test_readers_waiting},
+        {"process_read_and_reads_seen", test_process_read_and_reads_seen},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
