@@ -376,47 +376,53 @@ def test_port_in_use(pool):
 
 
 def kill_loop(pool, mode, rounds, nclients=6, binary=None):
-    """Clients add 1 to their own counter in a loop; SIGKILL at random; check."""
+    """Clients add 1 to their own counter in a loop; SIGKILL at random; check.
+    A failed check leaves no server behind (the mutant's run ends that way)."""
     acked = [0] * nclients
     rng = random.Random(os.getpid())
     total_acked = 0
-    for r in range(rounds):
-        srv = Server(pool, mode, threads=2, binary=binary).start()
-        if r > 0:
-            assert srv.status == "RECOVERED"
+    srv = None
+    try:
+        for r in range(rounds):
+            srv = Server(pool, mode, threads=2, binary=binary).start()
+            if r > 0:
+                assert srv.status == "RECOVERED"
+            c = Client(srv.port)
+            for k in range(nclients):
+                v = c.get(k)
+                # The add in flight at the kill may or may not have been committed.
+                check_counter("round %d" % r, k, v, acked[k])
+                acked[k] = v
+            c.close()
+            stop = threading.Event()
+
+            def client(k):
+                try:
+                    cl = Client(srv.port)
+                    while not stop.is_set():
+                        acked[k] = cl.add(k, 1)
+                except (ConnectionError, OSError):
+                    pass  # the kill
+
+            ts = [threading.Thread(target=client, args=(k,)) for k in range(nclients)]
+            before = sum(acked)
+            for t in ts:
+                t.start()
+            time.sleep(rng.uniform(0.05, 0.4))
+            srv.kill()
+            stop.set()
+            for t in ts:
+                t.join()
+            total_acked += sum(acked) - before
+        srv = Server(pool, mode, binary=binary).start()
         c = Client(srv.port)
         for k in range(nclients):
-            v = c.get(k)
-            # The add in flight at the kill may or may not have been committed.
-            check_counter("round %d" % r, k, v, acked[k])
-            acked[k] = v
+            check_counter("last restart", k, c.get(k), acked[k])
         c.close()
-        stop = threading.Event()
-
-        def client(k):
-            try:
-                cl = Client(srv.port)
-                while not stop.is_set():
-                    acked[k] = cl.add(k, 1)
-            except (ConnectionError, OSError):
-                pass  # the kill
-
-        ts = [threading.Thread(target=client, args=(k,)) for k in range(nclients)]
-        before = sum(acked)
-        for t in ts:
-            t.start()
-        time.sleep(rng.uniform(0.05, 0.4))
-        srv.kill()
-        stop.set()
-        for t in ts:
-            t.join()
-        total_acked += sum(acked) - before
-    srv = Server(pool, mode, binary=binary).start()
-    c = Client(srv.port)
-    for k in range(nclients):
-        check_counter("last restart", k, c.get(k), acked[k])
-    c.close()
-    srv.stop()
+        srv.stop()
+    finally:
+        if srv is not None and srv.proc.poll() is None:
+            srv.kill()
     return total_acked
 
 
