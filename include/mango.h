@@ -60,19 +60,34 @@ typedef struct mango_callbacks {
     void (*init_state)(void *arg);
     void *init_state_arg;
     /* Optional: the keys of the request held in ctx (docs/architecture.md,
-     * "Reads wait only for their keys"). Stores up to max (MANGO_MAX_KEYS)
-     * application-chosen 64-bit key ids in keys[] and returns how many, or
-     * returns -1 when the request is not confined to keys. The contract:
-     *   - a read-only request's response depends only on what earlier
-     *     read-write requests that named one of its keys (or -1) wrote;
-     *   - a read-write request names every key whose readers could observe
-     *     what it writes (a write to bookkeeping that no request reads, such
-     *     as a count only inspected after mango_init, needs no key).
-     * Called on the same ctx after process_request, by the thread that ran
-     * it; it must only read ctx. With it, in fs and sim modes, a read waits
-     * for the batches that wrote its keys to be durable instead of every
-     * batch still in flight. A key named wrongly lets a read answer before
-     * what it read is durable: a crash may then take back what it returned. */
+     * "Reads wait only for their keys"). With it, in fs and sim modes, a
+     * read-only request waits only for the batches that wrote its keys to be
+     * durable, instead of every batch still in flight.
+     *
+     * Store at most max (MANGO_MAX_KEYS) application-chosen 64-bit key ids in
+     * keys[] and return how many; or return -1 (any negative value, or more
+     * than max, counts as -1) when the request is not confined to keys: such
+     * a read waits for every batch in flight, and such a write makes every
+     * later read wait for it. Returning 0 means: a read that depends on no
+     * written state (it still waits for writes without keys), a write that
+     * changes nothing any read reports.
+     *
+     * The contract, which decides correctness:
+     *   - a read-only request's response may depend only on what read-write
+     *     requests naming one of its keys (or -1) wrote; a write that creates
+     *     or deletes an entry names its key ("not found" is a response too);
+     *     writes to state no response depends on (a count inspected only
+     *     after mango_init, where a hash map's nodes sit) need no key;
+     *   - key ids are computed from the request alone, never from application
+     *     state (not a bucket index that a resize changes): a writer and a
+     *     later reader of the same data must name the same id. For a read it
+     *     runs after the read lock is released, while writers may run.
+     * It runs on the same ctx after process_request (which must leave the
+     * key fields intact), on the thread that ran it; for a write, inside the
+     * batch: it must not allocate or write application state. Exclusive
+     * batches (mango_batch_begin/end/submit, init_state) count as writing
+     * every key. A key named wrongly lets a read answer before what it read
+     * is durable: a crash may then take back what it returned. */
     int (*request_keys)(void *ctx, uint64_t *keys, unsigned max);
 } mango_callbacks;
 
@@ -329,9 +344,8 @@ typedef struct mango_stats {
     uint64_t recovery_blocks_replayed; /* their entries (a big batch's from its file) */
     uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
     uint64_t log_data_bytes;     /* the bytes they carried */
-    /* Read-only commands in fs and sim modes that found a batch in flight: */
-    uint64_t reads_keyed;        /* ... and named their keys (request_keys) */
-    uint64_t reads_waited;       /* ... and waited for a sync (the others answered at once) */
+    uint64_t reads_waited;       /* read-only commands that waited for a sync (fs, sim): with
+                                  * request_keys, only those whose keys were in flight */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

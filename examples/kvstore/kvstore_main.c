@@ -749,6 +749,8 @@ static int run_hashmap(void)
     cfg.mode = O.mode;
     cfg.pool_size = O.pool_size;
     cfg.log_size = O.log_size;
+    if (!strcmp(O.read_keys, "wrong"))
+        die_usage("%s", "--read-keys wrong is a test of the fixed-size store's GETs; the hash map has no such mode");
     mango_callbacks cb = {.is_read_only = kvh_is_read_only, .process_request = kvh_process,
                           .init_state = kvh_init, .request_keys = kv_read_keys_callback(kvh_request_keys)};
     int st = mango_init(&cfg, &cb);

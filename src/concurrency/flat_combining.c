@@ -79,6 +79,7 @@ typedef struct fc_slot {
     void *ctx;                   /* valid once status == FC_READY */
     uint64_t ticket;             /* valid once status == FC_DONE (wait_durable) */
     _Atomic uint32_t reads;      /* read-only commands this slot's owner ran (fc_reads_seen) */
+    uint32_t reads_snap;         /* reads at the last fc_reads_seen (write-side holder only) */
 } fc_slot;
 
 _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
@@ -97,7 +98,6 @@ struct fc {
     _Atomic unsigned hwm;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
     unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
-    uint32_t reads_sum;   /* fc_reads_seen: the slots' read counts at its last call */
     unsigned decay_tick;
 
     fc_slot slots[];
@@ -454,13 +454,18 @@ bool fc_reads_seen(fc *f)
     /* The combiner's own reads do not count: it will wait for its batch
      * anyway, so they could not run during the sync. */
     const fc_slot *own = pthread_getspecific(f->key);
-    uint32_t sum = 0;
+    bool seen = false;
     unsigned n = atomic_load_explicit(&f->hwm, memory_order_relaxed);
-    for (unsigned j = 0; j < n; j++)
-        if (&f->slots[j] != own)
-            sum += atomic_load_explicit(&f->slots[j].reads, memory_order_relaxed);
-    bool seen = sum != f->reads_sum;
-    f->reads_sum = sum;
+    for (unsigned j = 0; j < n; j++) {
+        /* Each slot against its own snapshot (taken by whichever thread
+         * held the write side last): a change of combiner changes nothing. */
+        fc_slot *s = &f->slots[j];
+        uint32_t r = atomic_load_explicit(&s->reads, memory_order_relaxed);
+        if (r != s->reads_snap) { /* (no store otherwise: the line is the owner's) */
+            seen |= s != own;
+            s->reads_snap = r;
+        }
+    }
     return seen;
 }
 

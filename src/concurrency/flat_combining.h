@@ -79,9 +79,10 @@ int fc_exclusive_end(fc *f);
  * are collected into the next batch while the combiner syncs). */
 bool fc_readers_waiting(fc *f);
 
-/* For batch_end, on the thread holding the write side: did other threads
- * run read-only commands since the last call? (A sum over the slots' own
- * counters, the caller's left out: readers share no counter.) With reads that need not wait for a sync
+/* For batch_end, on the thread holding the write side: did threads other
+ * than the caller run read-only commands since the last call (by any
+ * thread)? Each slot's own read counter against a snapshot kept in the slot:
+ * readers share no counter. With reads that need not wait for a sync
  * (per-key read dependencies), a pipelined commit lets them run meanwhile
  * even when none is waiting at this moment. */
 bool fc_reads_seen(fc *f);

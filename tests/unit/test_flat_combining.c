@@ -556,6 +556,75 @@ static int test_process_read_and_reads_seen(void)
     return 0;
 }
 
+/* fc_reads_seen when the caller changes (review of 2026-11-25: a sum that
+ * left out each caller's own slot compared sums over different slots, so it
+ * missed reads and reported reads that never happened). B is a thread that
+ * stays alive and runs a read or an fc_reads_seen call when told. */
+typedef struct seen_peer {
+    fc *f;
+    model *m;
+    _Atomic int step; /* 1: read, 2: call fc_reads_seen; the peer sets 0 when done */
+    bool seen;
+    _Atomic bool quit;
+} seen_peer;
+
+static void *seen_peer_main(void *p)
+{
+    seen_peer *b = p;
+    while (!atomic_load(&b->quit)) {
+        int st = atomic_load(&b->step);
+        if (st == 1) {
+            cmd c = {.ro = true, .m = b->m, .batch_seen = -1};
+            fc_execute(b->f, &c);
+        } else if (st == 2) {
+            b->seen = fc_reads_seen(b->f);
+        } else {
+            usleep(100);
+            continue;
+        }
+        atomic_store(&b->step, 0);
+    }
+    return NULL;
+}
+
+static void peer_do(seen_peer *b, int step)
+{
+    atomic_store(&b->step, step);
+    while (atomic_load(&b->step) != 0)
+        usleep(100);
+}
+
+static int test_reads_seen_across_callers(void)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fc_hooks h = make_hooks(&m);
+    fc *f;
+    CHECK(fc_create(&f, 4, &h) == 0, "fc_create");
+    seen_peer b = {.f = f, .m = &m};
+    pthread_t tb;
+    pthread_create(&tb, NULL, seen_peer_main, &b);
+    cmd r = {.ro = true, .m = &m, .batch_seen = -1};
+    peer_do(&b, 1);                        /* B reads */
+    CHECK(fc_execute(f, &r) == 0, "ro");   /* A reads */
+    CHECK(fc_reads_seen(f), "A did not see B's read");
+    reader_arg a = {.f = f, .m = &m, .rc = -1};
+    pthread_t tc;                          /* C reads, while A and B hold their slots */
+    pthread_create(&tc, NULL, reader_main, &a);
+    pthread_join(tc, NULL);
+    peer_do(&b, 2);
+    CHECK(b.seen, "B did not see C's read");
+    CHECK(!fc_reads_seen(f), "A saw reads although nobody read since B's call");
+    peer_do(&b, 1);                        /* B reads again */
+    peer_do(&b, 2);
+    CHECK(!b.seen, "B saw its own read");
+    CHECK(!fc_reads_seen(f), "B's read, already seen by B's call, was seen again");
+    atomic_store(&b.quit, true);
+    pthread_join(tb, NULL);
+    fc_destroy(f);
+    return 0;
+}
+
 /* -- thread limit -- */
 
 typedef struct holder {
@@ -735,6 +804,7 @@ int main(void)
         {"pipelined_tickets", test_pipelined_tickets},
         {"readers_waiting", test_readers_waiting},
         {"process_read_and_reads_seen", test_process_read_and_reads_seen},
+        {"reads_seen_across_callers", test_reads_seen_across_callers},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
