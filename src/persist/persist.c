@@ -40,7 +40,8 @@ static _Atomic uint64_t sync_count;
  *                                  what it was asked (exercises the loop).
  * MANGO_SIM_SYNC_DELAY_US=N        sim mode: every sync first sleeps N µs, as a
  *                                  device flush would (a kill then lands inside
- *                                  the window between a commit and its sync). */
+ *                                  the window between a commit and its sync);
+ *                                  a sync MANGO_FAULT_SYNC fails too. */
 static pthread_once_t fault_once = PTHREAD_ONCE_INIT;
 static long long fault_sync_at = -1; /* -1: off */
 static int fault_sync_errno = EIO;
@@ -489,6 +490,12 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     persist_observer_fn obs = current_observer(); /* one observer for the whole sync */
     uint64_t nth = atomic_fetch_add_explicit(&sync_count, 1, memory_order_relaxed) + 1;
     pthread_once(&fault_once, read_fault_env);
+    if (d->mode == PERSIST_SIM && sim_sync_delay_us > 0 && r->n > 0) {
+        /* A failing sync takes its time too: reads of other keys can run
+         * while it is in flight (test_read_deps). */
+        struct timespec ts = {sim_sync_delay_us / 1000000, (sim_sync_delay_us % 1000000) * 1000};
+        nanosleep(&ts, NULL);
+    }
     if (fault_now(nth, where)) {
         r->n = 0;
         d->failed = true;
@@ -502,10 +509,6 @@ int persist_sync(persist_domain *d, persist_ranges *r, const char *where)
     if (d->mode == PERSIST_FS) {
         rc = sync_fs(d, r);
     } else if (d->mode == PERSIST_SIM) {
-        if (sim_sync_delay_us > 0 && r->n > 0) {
-            struct timespec ts = {sim_sync_delay_us / 1000000, (sim_sync_delay_us % 1000000) * 1000};
-            nanosleep(&ts, NULL);
-        }
         for (unsigned i = 0; i < r->n && rc == 0; i++)
             rc = pwrite_all(d->fd, (const void *)r->lo[i], r->hi[i] - r->lo[i],
                             r->lo[i] - (uintptr_t)d->base);

@@ -10,7 +10,10 @@
  *     without keys is in flight, every GET waits for it, and so does a read
  *     without keys; request_keys results out of bounds (-5, more than max)
  *     count as without keys; an exclusive batch (mango_batch_submit) in
- *     flight makes every read wait.
+ *     flight makes every read wait;
+ *   - in a child whose first sync on the sync thread fails: a GET of another
+ *     key answers, a GET of the failed PUT's key and the PUT are refused,
+ *     and so is everything after.
  * The runtime cases need the PUT's batch handed to the sync thread, which
  * local mode does while readers wait for the lock: a thread keeps reading
  * meanwhile, and a case is retried until its batch went that way. That
@@ -25,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "concurrency/read_deps.h"
@@ -345,11 +349,75 @@ static int runtime_cases(const char *pool)
     return 0;
 }
 
-int main(void)
+/* Child process (`test_read_deps fault POOL`, started by main with
+ * MANGO_FAULT_SYNC_SITE=log.pipeline_sync MANGO_FAULT_SYNC=1): the first sync
+ * of the sync thread fails. A keyed PUT in flight then never becomes
+ * durable: a GET of another key answers (it read nothing of it), a GET of the
+ * PUT's key is refused, the PUT is refused, and so is every command after
+ * it. Exit 0 if all of that held. */
+static int fault_case(const char *pool)
 {
-    table_cases();
+    setenv("MANGO_SIM_SYNC_DELAY_US", "300000", 1);
+    mango_config cfg;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = process, .init_state = init_state,
+                          .request_keys = request_keys};
+    unlink(pool);
+    if (mango_init(&cfg, &cb) != MANGO_FRESH) {
+        fprintf(stderr, "fault: mango_init: %s\n", mango_last_error());
+        return 2;
+    }
+    pthread_t reader;
+    pthread_create(&reader, NULL, reader_main, NULL);
+    bool done = false;
+    for (int attempt = 0; attempt < 20 && !done; attempt++) {
+        cmd put = {.op = 'P', .key = 1, .value = 700 + (uint64_t)attempt};
+        pthread_t w;
+        bool flying = start_in_flight(&put, &w);
+        if (flying) {
+            uint64_t in_flight = mango_reply_ticket();
+            cmd other = {.op = 'G', .key = 2};
+            int rc_other = mango_client_cmd(&other);
+            CHECK(rc_other == MANGO_OK && durable_now() < in_flight); /* answered, before the failure */
+            cmd same = {.op = 'G', .key = 1};
+            CHECK(mango_client_cmd(&same) < 0); /* it read the PUT, which never became durable */
+            done = true;
+        }
+        void *rc;
+        pthread_join(w, &rc);
+        if (flying)
+            CHECK((intptr_t)rc < 0); /* the PUT is not acknowledged */
+        else
+            CHECK((intptr_t)rc == MANGO_OK); /* synced inline: the fault waits for the sync thread */
+    }
+    CHECK(done);
+    atomic_store(&stop_reading, true);
+    pthread_join(reader, NULL);
+    cmd later = {.op = 'G', .key = 3};
+    CHECK(mango_client_cmd(&later) < 0); /* the runtime stopped: nothing more is answered */
+    mango_shutdown();
+    unlink(pool);
+    return check_report("test_read_deps fault");
+}
+
+int main(int argc, char **argv)
+{
     char pool[64];
     snprintf(pool, sizeof pool, "/dev/shm/mango-test-read-deps-%d.pool", (int)getpid());
+    if (argc == 3 && strcmp(argv[1], "fault") == 0)
+        return fault_case(argv[2]);
+    table_cases();
     runtime_cases(pool);
+    /* The failed-sync case runs in a child: the fault stops the runtime. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("MANGO_FAULT_SYNC_SITE", "log.pipeline_sync", 1);
+        setenv("MANGO_FAULT_SYNC", "1", 1);
+        execl("/proc/self/exe", argv[0], "fault", pool, (char *)NULL);
+        _exit(127);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
     return check_report("test_read_deps");
 }
