@@ -222,6 +222,63 @@ static bool read_before_durable(cmd *r, uint64_t in_flight)
     return durable_now() < in_flight;
 }
 
+/* Runs a write (op, key) on a writer thread until its batch goes to the sync
+ * thread (retried with value + attempt when it was synced inline instead),
+ * and calls check(&write, in_flight ticket) while it is in flight. The write
+ * must then return OK, or fail (fails: the fault case). Returns whether
+ * check ran. */
+typedef void in_flight_check(const cmd *write, uint64_t in_flight);
+
+static bool while_in_flight(char op, uint32_t key, uint64_t value, in_flight_check *check, bool fails)
+{
+    for (int attempt = 0; attempt < 20; attempt++) {
+        cmd write = {.op = op, .key = key, .value = value + (uint64_t)attempt};
+        pthread_t w;
+        bool flying = start_in_flight(&write, &w);
+        if (flying)
+            check(&write, mango_reply_ticket()); /* the last ticket handed out: this write's */
+        void *rc;
+        pthread_join(w, &rc);
+        /* Synced inline (not flying), it returns once durable, as it must. */
+        CHECK(flying && fails ? (intptr_t)rc < 0 : (intptr_t)rc == MANGO_OK);
+        if (flying)
+            return true;
+    }
+    return false;
+}
+
+/* A keyed PUT in flight: other keys answer at once, its key waits. */
+static void other_key_answers_same_key_waits(const cmd *put, uint64_t in_flight)
+{
+    cmd other = {.op = 'G', .key = 2};
+    CHECK(read_before_durable(&other, in_flight)); /* did not wait for the PUT */
+    cmd same = {.op = 'G', .key = put->key};
+    bool early = read_before_durable(&same, in_flight);
+    CHECK(same.out == put->value); /* it saw the PUT ... */
+    CHECK(!early);                 /* ... so it answered only once that was durable */
+}
+
+static void get_waits(const cmd *put, uint64_t in_flight)
+{
+    (void)put;
+    cmd other = {.op = 'G', .key = 2};
+    CHECK(!read_before_durable(&other, in_flight));
+}
+
+static void bad_get_waits(const cmd *put, uint64_t in_flight)
+{
+    (void)put;
+    cmd other = {.op = 'g', .key = 2};
+    CHECK(!read_before_durable(&other, in_flight));
+}
+
+static void sum_waits(const cmd *put, uint64_t in_flight)
+{
+    (void)put;
+    cmd sum = {.op = 'S'};
+    CHECK(!read_before_durable(&sum, in_flight));
+}
+
 static int runtime_cases(const char *pool)
 {
     setenv("MANGO_SIM_SYNC_DELAY_US", "300000", 1);
@@ -239,59 +296,11 @@ static int runtime_cases(const char *pool)
     pthread_t reader;
     pthread_create(&reader, NULL, reader_main, NULL);
 
-    /* A keyed PUT in flight: other keys answer at once, its key waits. */
-    bool keyed_done = false, unkeyed_done = false;
-    for (int attempt = 0; attempt < 20 && !keyed_done; attempt++) {
-        cmd put = {.op = 'P', .key = 1, .value = 100 + (uint64_t)attempt};
-        pthread_t w;
-        bool flying = start_in_flight(&put, &w);
-        if (flying) {
-            uint64_t in_flight = mango_reply_ticket(); /* the last ticket handed out */
-            cmd other = {.op = 'G', .key = 2};
-            CHECK(read_before_durable(&other, in_flight)); /* did not wait for key 1's PUT */
-            cmd same = {.op = 'G', .key = 1};
-            bool early = read_before_durable(&same, in_flight);
-            CHECK(same.out == put.value); /* it saw the PUT ... */
-            CHECK(!early);                /* ... so it answered only once that was durable */
-            keyed_done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        CHECK((intptr_t)rc == MANGO_OK);
-    }
-    CHECK(keyed_done);
-
+    CHECK(while_in_flight('P', 1, 100, other_key_answers_same_key_waits, false));
     /* A PUT whose request_keys returns -5 counts as without keys; a GET
      * whose request_keys returns more than max waits for everything. */
-    bool bad_write_done = false, bad_read_done = false;
-    for (int attempt = 0; attempt < 20 && !bad_write_done; attempt++) {
-        cmd put = {.op = 'u', .key = 6, .value = 400 + (uint64_t)attempt};
-        pthread_t w;
-        if (start_in_flight(&put, &w)) {
-            uint64_t in_flight = mango_reply_ticket();
-            cmd other = {.op = 'G', .key = 2};
-            CHECK(!read_before_durable(&other, in_flight));
-            bad_write_done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        CHECK((intptr_t)rc == MANGO_OK);
-    }
-    CHECK(bad_write_done);
-    for (int attempt = 0; attempt < 20 && !bad_read_done; attempt++) {
-        cmd put = {.op = 'P', .key = 7, .value = 500 + (uint64_t)attempt};
-        pthread_t w;
-        if (start_in_flight(&put, &w)) {
-            uint64_t in_flight = mango_reply_ticket();
-            cmd other = {.op = 'g', .key = 2};
-            CHECK(!read_before_durable(&other, in_flight));
-            bad_read_done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        CHECK((intptr_t)rc == MANGO_OK);
-    }
-    CHECK(bad_read_done);
+    CHECK(while_in_flight('u', 6, 400, get_waits, false));
+    CHECK(while_in_flight('P', 7, 500, bad_get_waits, false));
 
     /* An exclusive batch (mango_batch_submit) in flight counts as writing
      * every key: reads of other keys wait for it too. */
@@ -305,37 +314,9 @@ static int runtime_cases(const char *pool)
     CHECK(!read_before_durable(&after_span, span_ticket));
 
     /* A PUT without keys in flight: every read waits for it. */
-    for (int attempt = 0; attempt < 20 && !unkeyed_done; attempt++) {
-        cmd put = {.op = 'U', .key = 3, .value = 200 + (uint64_t)attempt};
-        pthread_t w;
-        if (start_in_flight(&put, &w)) {
-            uint64_t in_flight = mango_reply_ticket();
-            cmd other = {.op = 'G', .key = 2};
-            CHECK(!read_before_durable(&other, in_flight));
-            unkeyed_done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        CHECK((intptr_t)rc == MANGO_OK);
-    }
-    CHECK(unkeyed_done);
-
+    CHECK(while_in_flight('U', 3, 200, get_waits, false));
     /* A read without keys waits for a keyed PUT in flight. */
-    bool sum_done = false;
-    for (int attempt = 0; attempt < 20 && !sum_done; attempt++) {
-        cmd put = {.op = 'P', .key = 4, .value = 300 + (uint64_t)attempt};
-        pthread_t w;
-        if (start_in_flight(&put, &w)) {
-            uint64_t in_flight = mango_reply_ticket();
-            cmd sum = {.op = 'S'};
-            CHECK(!read_before_durable(&sum, in_flight));
-            sum_done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        CHECK((intptr_t)rc == MANGO_OK);
-    }
-    CHECK(sum_done);
+    CHECK(while_in_flight('P', 4, 300, sum_waits, false));
 
     mango_stats s;
     mango_get_stats(&s);
@@ -347,6 +328,16 @@ static int runtime_cases(const char *pool)
     CHECK(mango_shutdown() == MANGO_OK);
     unlink(pool);
     return 0;
+}
+
+/* The fault case's check: the PUT's sync fails after 300 ms. */
+static void other_key_answers_same_key_refused(const cmd *put, uint64_t in_flight)
+{
+    cmd other = {.op = 'G', .key = 2};
+    int rc_other = mango_client_cmd(&other);
+    CHECK(rc_other == MANGO_OK && durable_now() < in_flight); /* answered, before the failure */
+    cmd same = {.op = 'G', .key = put->key};
+    CHECK(mango_client_cmd(&same) < 0); /* it read the PUT, which never became durable */
 }
 
 /* Child process (`test_read_deps fault POOL`, started by main with
@@ -369,28 +360,7 @@ static int fault_case(const char *pool)
     }
     pthread_t reader;
     pthread_create(&reader, NULL, reader_main, NULL);
-    bool done = false;
-    for (int attempt = 0; attempt < 20 && !done; attempt++) {
-        cmd put = {.op = 'P', .key = 1, .value = 700 + (uint64_t)attempt};
-        pthread_t w;
-        bool flying = start_in_flight(&put, &w);
-        if (flying) {
-            uint64_t in_flight = mango_reply_ticket();
-            cmd other = {.op = 'G', .key = 2};
-            int rc_other = mango_client_cmd(&other);
-            CHECK(rc_other == MANGO_OK && durable_now() < in_flight); /* answered, before the failure */
-            cmd same = {.op = 'G', .key = 1};
-            CHECK(mango_client_cmd(&same) < 0); /* it read the PUT, which never became durable */
-            done = true;
-        }
-        void *rc;
-        pthread_join(w, &rc);
-        if (flying)
-            CHECK((intptr_t)rc < 0); /* the PUT is not acknowledged */
-        else
-            CHECK((intptr_t)rc == MANGO_OK); /* synced inline: the fault waits for the sync thread */
-    }
-    CHECK(done);
+    CHECK(while_in_flight('P', 1, 700, other_key_answers_same_key_refused, true));
     atomic_store(&stop_reading, true);
     pthread_join(reader, NULL);
     cmd later = {.op = 'G', .key = 3};
