@@ -373,6 +373,12 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
         dedup_clear(rt.set);
         n_zero = 0;
+        /* The sync thread's failed sync marks the pool failed before it
+         * publishes why: let it get there, or fail() below would publish this
+         * generic message first (fault.io_errors: "No space left on device"
+         * was lost 2 runs in 10). */
+        if (!pipeline_idle(&rt.pipe))
+            (void)pipeline_wait(&rt.pipe, atomic_load(&rt.pipe.submitted));
         int rc = fail(mango_error(MANGO_EIO, "the pool had an I/O error; no more writes are accepted"));
         mango_error_adopt_fatal(); /* the backend's own message, if it stopped first */
         return rc;
