@@ -279,7 +279,8 @@ static void sum_waits(const cmd *put, uint64_t in_flight)
     CHECK(!read_before_durable(&sum, in_flight));
 }
 
-static int runtime_cases(const char *pool)
+/* A new pool in sim mode, every sync slowed to 300 ms, with request_keys. */
+static int start_keyed(const char *pool)
 {
     setenv("MANGO_SIM_SYNC_DELAY_US", "300000", 1);
     mango_config cfg;
@@ -287,7 +288,12 @@ static int runtime_cases(const char *pool)
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = process, .init_state = init_state,
                           .request_keys = request_keys};
     unlink(pool);
-    int st = mango_init(&cfg, &cb);
+    return mango_init(&cfg, &cb);
+}
+
+static int runtime_cases(const char *pool)
+{
+    int st = start_keyed(pool);
     CHECK(st == MANGO_FRESH);
     if (st < 0) {
         fprintf(stderr, "mango_init: %s\n", mango_last_error());
@@ -348,13 +354,7 @@ static void other_key_answers_same_key_refused(const cmd *put, uint64_t in_fligh
  * it. Exit 0 if all of that held. */
 static int fault_case(const char *pool)
 {
-    setenv("MANGO_SIM_SYNC_DELAY_US", "300000", 1);
-    mango_config cfg;
-    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
-    mango_callbacks cb = {.is_read_only = is_ro, .process_request = process, .init_state = init_state,
-                          .request_keys = request_keys};
-    unlink(pool);
-    if (mango_init(&cfg, &cb) != MANGO_FRESH) {
+    if (start_keyed(pool) != MANGO_FRESH) {
         fprintf(stderr, "fault: mango_init: %s\n", mango_last_error());
         return 2;
     }
