@@ -180,24 +180,33 @@ int mango_shutdown(void);
  * its batch after the lock is released (MANGO_PIPELINE=0: under the lock). */
 int mango_client_cmd(void *ctx);
 
+/* Local mode without the wait: runs the command like mango_client_cmd but
+ * returns once it ran, and stores in *ticket what its response depends on:
+ * send the response only once mango_durable_ticket() reports a durable
+ * ticket >= *ticket (0: at once). So one thread can serve many clients,
+ * holding each response rather than waiting (RPC mode does this). In modes
+ * without pipelined commits (mango_commit_is_pipelined() false) the ticket
+ * is always 0. If mango_durable_ticket() reports MANGO_EIO, responses whose
+ * ticket is past *durable must never be sent. Errors as mango_client_cmd. */
+int mango_client_submit(void *ctx, uint64_t *ticket);
+
 /* RPC mode: Mangosteen owns the sockets (docs/rpc.md). A TCP listener and
  * `threads` worker threads, each with its own event loop; a connection stays
  * on one worker. Every request and response is a frame: a 4-byte
  * little-endian payload length, then the payload. For each request the
- * worker calls deserialize_request(ctx, payload, len), runs the command as
- * mango_client_cmd does (batched, durable before it returns), then sends
- * get_response(ctx) as the response frame. Requests of one connection run in
- * order; a client may send several before reading (pipelining).
+ * worker calls deserialize_request(ctx, payload, len), runs the command
+ * (batched), calls get_response(ctx), and sends that response frame once the
+ * command is durable (or, for a read, once what it read is). With pipelined
+ * commits (fs, sim) the worker does not wait for that: it holds the response
+ * and serves its other connections meanwhile. Requests of one connection run
+ * in order; a client may send several before reading (pipelining).
  * A frame longer than max_request, a client that leaves its responses
  * unread for 10 s, or a command the runtime refuses closes that connection
  * only. Call after mango_init; one server per process. */
 typedef struct mango_rpc_config {
     const char *host;     /* IPv4 address to listen on; NULL: 127.0.0.1 */
     uint16_t port;        /* 0: any free port (mango_rpc_port tells which) */
-    unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads.
-                           * A worker waits while its command becomes durable, and its
-                           * other connections with it: in fs mode, use about as many
-                           * workers as clients that send at once. */
+    unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads */
     uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */
 } mango_rpc_config;
 
@@ -207,7 +216,10 @@ typedef struct mango_rpc_stats {
     uint64_t requests;      /* requests run */
     uint64_t bad_frames;    /* connections closed for a frame over max_request */
     uint64_t send_timeouts; /* connections closed for not reading their responses */
-    uint64_t refused;       /* connections closed because the runtime refused a command */
+    uint64_t refused;       /* connections closed because the runtime refused a command,
+                             * or because a sync its held responses waited for failed */
+    uint64_t held;          /* responses held until their command was durable, while
+                             * the worker served other requests (fs, sim modes) */
 } mango_rpc_stats;
 
 /* Returns once the server listens: 0, or MANGO_EINVAL (bad configuration,

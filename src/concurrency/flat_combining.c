@@ -42,8 +42,9 @@
  * background sync and give it a ticket. The combiner stores the ticket in each
  * of the batch's slots with the result; each owner waits for it after the
  * write side is released, so the next batch runs while this one syncs. A
- * reader calls hooks.read_done() after it leaves the read side (the runtime
- * waits there for what it may have read).
+ * reader asks hooks.read_target() after it leaves the read side what it may
+ * have read, and waits for that. fc_submit hands either ticket to its caller
+ * instead of waiting (RPC mode holds the response, not the thread).
  *
  * fc_execute never allocates. The only possible allocation is glibc's own,
  * inside pthread_setspecific on a thread's first call, and only for key
@@ -80,6 +81,7 @@ typedef struct fc_slot {
     uint64_t ticket;             /* valid once status == FC_DONE (wait_durable) */
     _Atomic uint32_t reads;      /* read-only commands this slot's owner ran (fc_reads_seen) */
     uint32_t reads_snap;         /* reads at the last fc_reads_seen (write-side holder only) */
+    uint32_t async;              /* valid once status == FC_READY: the owner will not wait (fc_submit) */
 } fc_slot;
 
 _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
@@ -98,6 +100,7 @@ struct fc {
     _Atomic unsigned hwm;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
     unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
+    bool batch_async;     /* the batch being ended holds a command of fc_submit (combiner only) */
     unsigned decay_tick;
 
     fc_slot slots[];
@@ -275,13 +278,18 @@ static void combine(fc *f)
         int r = hook_begin(f, n);
         uint64_t ticket = 0;
         if (r == 0) {
+            bool async = false;
             for (unsigned j = 0; j < hwm; j++) {
                 fc_slot *s = &f->slots[j];
                 if (atomic_load_explicit(&s->status, memory_order_relaxed) ==
-                    FC_STARTED)
+                    FC_STARTED) {
                     f->hooks.process(s->ctx);
+                    async |= s->async != 0;
+                }
             }
+            f->batch_async = async;
             r = hook_end(f, f->hooks.wait_durable ? &ticket : NULL);
+            f->batch_async = false;
         }
         for (unsigned j = 0; j < hwm; j++) {
             fc_slot *s = &f->slots[j];
@@ -345,7 +353,20 @@ void fc_destroy(fc *f)
     free(f);
 }
 
-int fc_execute(fc *f, void *ctx)
+int fc_execute(fc *f, void *ctx) { return fc_submit(f, ctx, NULL); }
+
+/* The ticket a command must wait for: waited here (ticket_out NULL) or
+ * handed to the caller. */
+static int finish(fc *f, int r, uint64_t ticket, uint64_t *ticket_out)
+{
+    if (ticket_out) {
+        *ticket_out = r == 0 ? ticket : 0;
+        return r;
+    }
+    return r == 0 ? wait_ticket(f, ticket) : r;
+}
+
+int fc_submit(fc *f, void *ctx, uint64_t *ticket_out)
 {
     fc_slot *s = slot_get(f);
     if (!s)
@@ -366,7 +387,9 @@ int fc_execute(fc *f, void *ctx)
                 /* It may have read batches still in flight, or one whose
                  * commit failed: every batch it could see ended before wrflag
                  * was cleared, so before this call. */
-                return f->hooks.read_done ? f->hooks.read_done(f->hooks.arg, ctx) : 0;
+                uint64_t t = 0;
+                int r = f->hooks.read_target ? f->hooks.read_target(f->hooks.arg, ctx, &t) : 0;
+                return finish(f, r, t, ticket_out);
             }
             /* A writer holds or is taking the lock: step aside so it can
              * finish draining readers, and wait for it to release. */
@@ -379,6 +402,7 @@ int fc_execute(fc *f, void *ctx)
     }
 
     s->ctx = ctx;
+    s->async = ticket_out != NULL;
     atomic_store_explicit(&s->status, FC_READY, memory_order_release);
     for (;;) {
         uint32_t st = atomic_load_explicit(&s->status, memory_order_acquire);
@@ -419,7 +443,7 @@ int fc_execute(fc *f, void *ctx)
     uint64_t ticket = s->ticket;
     /* Only the owner leaves DONE; the combiner is finished with the slot. */
     atomic_store_explicit(&s->status, FC_EMPTY, memory_order_relaxed);
-    return r == 0 ? wait_ticket(f, ticket) : r;
+    return finish(f, r, ticket, ticket_out);
 }
 
 int fc_exclusive_begin(fc *f)
@@ -443,6 +467,8 @@ int fc_exclusive_end(fc *f)
     wr_release(f);
     return r;
 }
+
+bool fc_batch_async(const fc *f) { return f->batch_async; }
 
 bool fc_readers_waiting(fc *f)
 {

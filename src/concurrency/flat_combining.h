@@ -37,10 +37,11 @@ typedef struct fc_hooks {
     /* Optional: called by a read-only command's thread after it left the
      * read side, with the command's ctx; a non-zero return replaces its
      * result. Every batch the read could have seen ended before the write
-     * side was released, so before this call: the runtime waits here until
-     * they (or those that wrote the command's keys) are durable, and refuses
-     * the read if one of them failed to commit. */
-    int (*read_done)(void *arg, void *ctx);
+     * side was released, so before this call. It stores in *ticket what the
+     * read must wait for (wait_durable), 0 for nothing: the runtime names
+     * the batches in flight (or those that wrote the command's keys), and
+     * refuses the read if one of them failed to commit. */
+    int (*read_target)(void *arg, void *ctx, uint64_t *ticket);
     /* Optional group commit: how long (ns) the combiner may wait for more
      * commands before starting a batch smaller than recent ones. 0: never. */
     uint64_t (*gather_window_ns)(void *arg);
@@ -55,11 +56,17 @@ int fc_create(fc **out, unsigned max_threads, const fc_hooks *hooks);
 void fc_destroy(fc *f);
 
 /* Run one command. Read-only: runs it in parallel with other readers, returns
- * 0 (or read_done's error). Read-write: returns once the batch holding it
+ * 0 (or read_target's or wait_durable's error). Read-write: returns once the batch holding it
  * has ended (and, with wait_durable, is durable); the result of batch_end (or
  * batch_begin's or wait_durable's error). MANGO_EINVAL when more than max_threads
  * threads hold slots. A thread's slot is released when the thread exits. */
 int fc_execute(fc *f, void *ctx);
+
+/* The same, without the wait for durability: on success *ticket gets what
+ * the command's result must wait for (0: nothing), the ticket fc_execute
+ * would have passed to wait_durable. A batch holding such a command is ended
+ * with fc_batch_async() true. */
+int fc_submit(fc *f, void *ctx, uint64_t *ticket);
 
 /* Run fn(arg) alone, as if it were a one-command read-write batch (used for
  * the application's init_state and for shutdown). */
@@ -78,6 +85,11 @@ int fc_exclusive_end(fc *f);
  * wait for a sync either way) and lose their batching (published writers
  * are collected into the next batch while the combiner syncs). */
 bool fc_readers_waiting(fc *f);
+
+/* For batch_end, on the thread holding the write side: does the batch hold a
+ * command of fc_submit? Its caller does not wait, so there is nothing to gain
+ * from syncing under the lock. */
+bool fc_batch_async(const fc *f);
 
 /* For batch_end, on the thread holding the write side: did threads other
  * than the caller run read-only commands since the last call (by any

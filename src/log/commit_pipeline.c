@@ -31,6 +31,28 @@ static void signal_fd(commit_pipeline *cp)
     }
 }
 
+/* Under mu: takes the listener for one call (tell_listener). */
+static void *listener_take(commit_pipeline *cp, void (**fn)(void *, uint64_t, bool))
+{
+    *fn = cp->listener;
+    if (*fn)
+        cp->listener_calls++;
+    return cp->listener_arg;
+}
+
+/* Without mu: calls it, then lets pipeline_set_listener know. */
+static void tell_listener(commit_pipeline *cp, void (*fn)(void *, uint64_t, bool), void *arg,
+                          uint64_t durable, bool failed)
+{
+    if (!fn)
+        return;
+    fn(arg, durable, failed);
+    pthread_mutex_lock(&cp->mu);
+    if (--cp->listener_calls == 0)
+        pthread_cond_broadcast(&cp->listener_cv);
+    pthread_mutex_unlock(&cp->mu);
+}
+
 static uint64_t now_ns(void)
 {
     struct timespec ts;
@@ -64,12 +86,15 @@ static void *sync_main(void *arg)
             cp->notify(cp->notify_arg);
 
         pthread_mutex_lock(&cp->mu);
+        void (*fn)(void *, uint64_t, bool);
         if (rc != MANGO_OK) {
             mango_error_publish_fatal(); /* why, for the waiting threads */
             __atomic_store_n(&cp->error, rc, __ATOMIC_RELEASE);
+            void *la = listener_take(cp, &fn);
             pthread_mutex_unlock(&cp->mu);
             wake_waiters(cp);
             signal_fd(cp);
+            tell_listener(cp, fn, la, atomic_load(&cp->durable), true);
             return NULL;
         }
         if (to > from) {
@@ -78,9 +103,11 @@ static void *sync_main(void *arg)
             cp->frames_per_sync_total += frames;
         }
         atomic_store(&cp->durable, target);
+        void *la = listener_take(cp, &fn);
         pthread_mutex_unlock(&cp->mu);
         wake_waiters(cp);
         signal_fd(cp);
+        tell_listener(cp, fn, la, target, false);
         pthread_mutex_lock(&cp->mu);
     }
     pthread_mutex_unlock(&cp->mu);
@@ -102,6 +129,7 @@ int pipeline_start(commit_pipeline *cp, redo_log *log, bool deferred, void (*not
     cp->deferred_ok = deferred && log;
     pthread_mutex_init(&cp->mu, NULL);
     pthread_cond_init(&cp->work_cv, NULL);
+    pthread_cond_init(&cp->listener_cv, NULL);
     if (cp->deferred_ok) {
         if (pthread_create(&cp->thread, NULL, sync_main, cp) != 0)
             return mango_error(MANGO_ENOMEM, "cannot start the commit sync thread");
@@ -128,6 +156,7 @@ int pipeline_stop(commit_pipeline *cp)
         close(fd);
     pthread_mutex_destroy(&cp->mu);
     pthread_cond_destroy(&cp->work_cv);
+    pthread_cond_destroy(&cp->listener_cv);
     return rc;
 }
 
@@ -139,9 +168,12 @@ uint64_t pipeline_ticket_inline(commit_pipeline *cp)
     atomic_store(&cp->durable, t);
     if (cp->log)
         cp->sealed_lsn = atomic_load(&cp->log->committed_lsn);
+    void (*fn)(void *, uint64_t, bool);
+    void *la = listener_take(cp, &fn);
     pthread_mutex_unlock(&cp->mu);
     wake_waiters(cp);
     signal_fd(cp);
+    tell_listener(cp, fn, la, t, false);
     return t;
 }
 
@@ -198,4 +230,16 @@ int pipeline_event_fd(commit_pipeline *cp)
     int fd = cp->event_fd;
     pthread_mutex_unlock(&cp->mu);
     return fd;
+}
+
+void pipeline_set_listener(commit_pipeline *cp, void (*fn)(void *arg, uint64_t durable, bool failed),
+                           void *arg)
+{
+    pthread_mutex_lock(&cp->mu);
+    cp->listener = fn;
+    cp->listener_arg = arg;
+    if (!fn)
+        while (cp->listener_calls)
+            pthread_cond_wait(&cp->listener_cv, &cp->mu);
+    pthread_mutex_unlock(&cp->mu);
 }

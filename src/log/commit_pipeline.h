@@ -57,6 +57,12 @@ typedef struct commit_pipeline {
     uint64_t deferred_sync_ns;      /* time in those syncs (sync thread only) */
     uint64_t frames_per_sync_total; /* frames covered by deferred syncs */
     uint64_t deferred_frames;       /* sealed, not yet covered (under mu) */
+    /* Told of every advance of durable and of a failure, after the waiters
+     * (pipeline_set_listener); set and read under mu. */
+    void (*listener)(void *arg, uint64_t durable, bool failed);
+    void *listener_arg;
+    unsigned listener_calls;        /* calls in progress (under mu) */
+    pthread_cond_t listener_cv;     /* listener_calls fell to 0 */
 } commit_pipeline;
 
 /* deferred: start a sync thread (fs, sim). MANGO_PIPELINE=0 in the
@@ -82,5 +88,11 @@ uint64_t pipeline_durable(commit_pipeline *cp, int *err);
 /* An eventfd (EFD_NONBLOCK) that becomes readable when the durable ticket
  * advances or a sync fails; created on first call. -1 and errno on failure. */
 int pipeline_event_fd(commit_pipeline *cp);
+/* Calls fn(arg, durable, failed) after every advance of the durable ticket
+ * and after a failed sync, on the thread that made it (the sync thread, or a
+ * frontend committing inline), with no lock held. fn NULL removes it, and
+ * returns only once no call is in progress. One listener at a time. */
+void pipeline_set_listener(commit_pipeline *cp, void (*fn)(void *arg, uint64_t durable, bool failed),
+                           void *arg);
 
 #endif

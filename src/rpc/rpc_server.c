@@ -10,15 +10,28 @@
  * Wire format (docs/rpc.md): each request and each response is a frame, a
  * 4-byte little-endian payload length followed by the payload. A worker
  * reads whole frames, and for each one in order: deserialize_request(ctx,
- * payload, len), mango_client_cmd(ctx) (returns once the command is durable,
- * or, for a read, once what it read is), get_response(ctx), then sends the
- * response frame. A client may send several requests without waiting
- * (pipelining); responses come back in request order.
+ * payload, len), the command, get_response(ctx), then queues the response
+ * frame. A client may send several requests without waiting (pipelining);
+ * responses come back in request order.
+ *
+ * Held responses. Where commits are pipelined (fs, sim), the worker does not
+ * wait while a command becomes durable: mango_client_submit runs it and
+ * names the ticket its response depends on, the response is queued as held
+ * behind that ticket, and the worker goes on with its other connections. The
+ * pipeline's listener (durable_advanced, on the sync thread) writes the
+ * worker's durable_fd when the durable ticket passes the one the worker
+ * waits for; the worker then releases, in order, every response whose
+ * ticket is durable. A response is never sent before its ticket is durable,
+ * and a failed sync closes every connection with held responses. Elsewhere
+ * (none, emulated, pmem, MANGO_PIPELINE=0) a command is durable when it
+ * returns (mango_client_cmd) and nothing is held.
  *
  * Responses go to a per-connection output buffer and are sent without
  * blocking. A client that stops reading them has its connection watched for
- * output only: its further requests wait in the socket, unread and not run,
- * while the worker serves its other connections.
+ * output only (W_WRITE): its further requests wait in the socket, unread and
+ * not run, while the worker serves its other connections. A connection with
+ * RPC_MAX_HELD held responses (or RPC_MAX_HELD_BYTES of them) is watched for
+ * nothing (W_NONE) until some are released.
  *
  * Bad input closes only its own connection: a frame longer than
  * max_request, a client that leaves responses unread for 10 s
@@ -49,27 +62,50 @@
 #define RPC_DEFAULT_THREADS 8
 #define RPC_DEFAULT_MAX_REQUEST (1u << 20)
 #define RPC_READ_CHUNK 65536
+#define RPC_MAX_HELD 1024                /* held responses per connection before it stops reading */
+#define RPC_MAX_HELD_BYTES (4u << 20)    /* or bytes of them */
+
+enum watching { W_READ, W_WRITE, W_NONE };
+
+/* A response queued behind a ticket that was not durable yet. */
+typedef struct held_response {
+    uint64_t ticket;
+    uint64_t end; /* stream offset just past the response */
+} held_response;
 
 typedef struct conn {
     int fd;
     void *ctx;
     uint8_t *buf; /* bytes received, not yet processed */
     size_t len, cap;
-    uint8_t *out; /* responses not yet sent: out[out_off..out_len) */
-    size_t out_off, out_len, out_cap;
-    bool blocked;          /* responses wait for the client: watched for output only */
-    uint64_t out_since_ms; /* while blocked: when the client last took some */
-    struct conn *prev, *next; /* the worker's list */
+    /* Responses not yet sent: out[out_off..out_len), of which
+     * out[out_off..out_ready) may go now; the rest are held. out[0] is byte
+     * out_base of the connection's output stream. */
+    uint8_t *out;
+    size_t out_off, out_ready, out_len, out_cap;
+    uint64_t out_base;
+    held_response *held; /* FIFO: held[held_head .. held_head + n_held) */
+    size_t held_head, n_held, held_cap;
+    enum watching watching;
+    uint64_t out_since_ms;            /* while W_WRITE: when the client last took some */
+    struct conn *prev, *next;         /* the worker's list */
+    struct conn *hprev, *hnext;       /* the worker's list of conns with held responses */
+    bool in_held_list;
 } conn;
 
 typedef struct worker {
     pthread_t thread;
     int epfd;
     int wake_fd;              /* eventfd: new connections or stop */
+    int durable_fd;           /* eventfd: the durable ticket reached want (durable_advanced) */
+    _Atomic uint64_t want;    /* 0, or the ticket whose durability wakes this worker */
     pthread_mutex_t mu;       /* guards incoming */
     int *incoming;            /* accepted fds, not yet taken by the worker */
     size_t n_incoming, cap_incoming;
     conn *conns;              /* owned by the worker thread only */
+    conn *held_conns;         /* conns with held responses */
+    bool held_new;            /* responses were held since the last release pass */
+    uint64_t seen_durable;    /* the durable ticket at the last release pass */
     unsigned n_blocked;       /* conns with unsent responses (waiting for EPOLLOUT) */
     struct rpc_server *srv;
 } worker;
@@ -85,8 +121,9 @@ struct rpc_server {
     _Atomic uint64_t next_client_id;
     worker *workers;
     unsigned n_workers;
+    bool pipelined; /* commits are pipelined: responses are held, not waited for */
     /* mango_rpc_stats */
-    _Atomic uint64_t accepted, closed, requests, bad_frames, send_timeouts, refused;
+    _Atomic uint64_t accepted, closed, requests, bad_frames, send_timeouts, refused, held;
 };
 
 /* ---- connections (worker thread only) --------------------------------- */
@@ -103,10 +140,19 @@ static void conn_close(worker *w, conn *c)
         w->conns = c->next;
     if (c->next)
         c->next->prev = c->prev;
-    if (c->blocked)
+    if (c->watching == W_WRITE)
         w->n_blocked--;
+    if (c->in_held_list) {
+        if (c->hprev)
+            c->hprev->hnext = c->hnext;
+        else
+            w->held_conns = c->hnext;
+        if (c->hnext)
+            c->hnext->hprev = c->hprev;
+    }
     free(c->buf);
     free(c->out);
+    free(c->held);
     free(c);
     atomic_fetch_add(&w->srv->closed, 1);
 }
@@ -144,36 +190,39 @@ static uint64_t now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-/* Watch the socket for input (the client takes its responses) or only for
- * output (responses wait: no more requests are read or run until they left,
- * so a client that does not read cannot make the server buffer without
- * bound, and the worker's other connections go on meanwhile). */
-static bool watch(worker *w, conn *c, bool blocked)
+/* What the socket is watched for: input (W_READ: the client takes its
+ * responses, and its requests are read and run), output only (W_WRITE:
+ * responses wait for the client; no more requests are read or run until they
+ * left, so a client that does not read cannot make the server buffer without
+ * bound, and the worker's other connections go on meanwhile), or nothing
+ * (W_NONE: too many responses are held; hang-ups are still reported). */
+static bool watch(worker *w, conn *c, enum watching want)
 {
-    if (blocked == c->blocked)
+    if (want == c->watching)
         return true;
-    /* Blocked: EPOLLOUT only. EPOLLRDHUP is level-triggered, and a client that
+    /* W_WRITE: EPOLLOUT only. EPOLLRDHUP is level-triggered, and a client that
      * half-closed while not reading would make every epoll_wait return at
      * once (EPOLLHUP and EPOLLERR are reported anyway). */
-    struct epoll_event ev = {.events = blocked ? EPOLLOUT : EPOLLIN | EPOLLRDHUP, .data.ptr = c};
+    struct epoll_event ev = {.events = want == W_READ ? EPOLLIN | EPOLLRDHUP : want == W_WRITE ? EPOLLOUT : 0,
+                             .data.ptr = c};
     if (epoll_ctl(w->epfd, EPOLL_CTL_MOD, c->fd, &ev) != 0)
         return false;
-    c->blocked = blocked;
-    if (blocked) {
+    if (want == W_WRITE) {
         c->out_since_ms = now_ms();
         w->n_blocked++;
-    } else {
+    } else if (c->watching == W_WRITE) {
         w->n_blocked--;
     }
+    c->watching = want;
     return true;
 }
 
-/* Sends what the socket takes now. Returns false if the connection must be
- * closed; *done says whether every response left. */
+/* Sends what may go now (out[out_off..out_ready)). Returns false if the
+ * connection must be closed; *done says whether all of it left. */
 static bool flush_out(conn *c, bool *done)
 {
-    while (c->out_off < c->out_len) {
-        ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    while (c->out_off < c->out_ready) {
+        ssize_t k = send(c->fd, c->out + c->out_off, c->out_ready - c->out_off, MSG_NOSIGNAL);
         if (k > 0) {
             c->out_off += (size_t)k;
             continue;
@@ -186,13 +235,22 @@ static bool flush_out(conn *c, bool *done)
         }
         return false; /* peer gone */
     }
-    c->out_off = c->out_len = 0;
+    if (c->out_off == c->out_len) { /* nothing held either: start over */
+        c->out_base += c->out_len;
+        c->out_off = c->out_ready = c->out_len = 0;
+    }
     *done = true;
     return true;
 }
 
-/* Appends a response frame to the output. */
-static bool queue_response(conn *c, mango_response r)
+static bool too_many_held(const conn *c)
+{
+    return c->n_held >= RPC_MAX_HELD || c->out_len - c->out_ready >= RPC_MAX_HELD_BYTES;
+}
+
+/* Appends a response frame to the output: ready to send if its ticket is 0
+ * and nothing is held before it, else held behind the ticket. */
+static bool queue_response(worker *w, conn *c, mango_response r, uint64_t ticket)
 {
     if (r.size > UINT32_MAX)
         return false;
@@ -200,6 +258,8 @@ static bool queue_response(conn *c, mango_response r)
     if (need > c->out_cap) {
         if (c->out_off > 0) { /* reuse the space already sent */
             memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+            c->out_base += c->out_off;
+            c->out_ready -= c->out_off;
             c->out_len -= c->out_off;
             c->out_off = 0;
             need = c->out_len + 4 + r.size;
@@ -215,6 +275,19 @@ static bool queue_response(conn *c, mango_response r)
             c->out_cap = cap;
         }
     }
+    if ((ticket || c->n_held) && c->held_head + c->n_held == c->held_cap) {
+        if (c->held_head > 0) {
+            memmove(c->held, c->held + c->held_head, c->n_held * sizeof *c->held);
+            c->held_head = 0;
+        } else {
+            size_t cap = c->held_cap ? c->held_cap * 2 : 16;
+            held_response *h = realloc(c->held, cap * sizeof *h);
+            if (!h)
+                return false;
+            c->held = h;
+            c->held_cap = cap;
+        }
+    }
     uint8_t *p = c->out + c->out_len;
     p[0] = (uint8_t)r.size;
     p[1] = (uint8_t)(r.size >> 8);
@@ -223,6 +296,21 @@ static bool queue_response(conn *c, mango_response r)
     if (r.size)
         memcpy(p + 4, r.data, r.size);
     c->out_len += 4 + r.size;
+    if (!ticket && !c->n_held) {
+        c->out_ready = c->out_len;
+        return true;
+    }
+    c->held[c->held_head + c->n_held++] = (held_response){.ticket = ticket, .end = c->out_base + c->out_len};
+    atomic_fetch_add_explicit(&w->srv->held, 1, memory_order_relaxed);
+    w->held_new = true;
+    if (!c->in_held_list) {
+        c->hprev = NULL;
+        c->hnext = w->held_conns;
+        if (w->held_conns)
+            w->held_conns->hprev = c;
+        w->held_conns = c;
+        c->in_held_list = true;
+    }
     return true;
 }
 
@@ -231,7 +319,27 @@ static uint32_t frame_len(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-/* Runs every complete request in c->buf. Returns false to close. */
+static bool run_requests(worker *w, conn *c);
+
+/* After c's output or held responses changed: send what may go, and choose
+ * what to watch. A connection that goes back to reading runs the requests
+ * that waited in its buffer. Returns false to close. */
+static bool settle(worker *w, conn *c)
+{
+    bool sent;
+    if (!flush_out(c, &sent))
+        return false;
+    if (!sent)
+        return watch(w, c, W_WRITE);
+    if (too_many_held(c))
+        return watch(w, c, W_NONE);
+    if (c->watching == W_READ)
+        return true;
+    return watch(w, c, W_READ) && run_requests(w, c);
+}
+
+/* Runs every complete request in c->buf, until the client stops taking its
+ * responses or too many are held. Returns false to close. */
 static bool run_requests(worker *w, conn *c)
 {
     rpc_server *s = w->srv;
@@ -248,24 +356,81 @@ static bool run_requests(worker *w, conn *c)
             s->cb->deserialize_request(c->ctx, c->buf + off + 4, n);
         off += 4 + (size_t)n;
         atomic_fetch_add(&s->requests, 1);
-        if (mango_client_cmd(c->ctx) != MANGO_OK) {
+        uint64_t ticket = 0;
+        int rc = s->pipelined ? mango_client_submit(c->ctx, &ticket) : mango_client_cmd(c->ctx);
+        if (rc != MANGO_OK) {
             atomic_fetch_add(&s->refused, 1); /* nothing of it may be acknowledged */
             return false;
         }
         bool sent;
-        if (!queue_response(c, s->cb->get_response(c->ctx)) || !flush_out(c, &sent))
+        if (!queue_response(w, c, s->cb->get_response(c->ctx), ticket) || !flush_out(c, &sent))
             return false;
-        if (!sent) { /* the client is not reading: wait for it before running more */
-            if (!watch(w, c, true))
-                return false;
-            break;
-        }
+        if (!sent || too_many_held(c))
+            break; /* settle() watches for the client, or for releases */
     }
     if (off > 0) {
         memmove(c->buf, c->buf + off, c->len - off);
         c->len -= off;
     }
-    return true;
+    return settle(w, c);
+}
+
+/* Releases, in order, the held responses whose tickets are durable, and
+ * sends them. After a failed sync, the connections that still hold
+ * responses are closed: those responses are never sent. */
+static void release_held(worker *w)
+{
+    uint64_t durable = 0;
+    bool failed = mango_durable_ticket(&durable) != MANGO_OK;
+    if (durable == w->seen_durable && !w->held_new && !failed)
+        return;
+    w->seen_durable = durable;
+    w->held_new = false;
+    for (conn *c = w->held_conns, *next; c; c = next) {
+        next = c->hnext;
+        size_t before = c->out_ready;
+        while (c->n_held && c->held[c->held_head].ticket <= durable) {
+            c->out_ready = (size_t)(c->held[c->held_head].end - c->out_base);
+            c->held_head++;
+            c->n_held--;
+        }
+        if (!c->n_held) {
+            c->held_head = 0;
+            if (c->hprev)
+                c->hprev->hnext = c->hnext;
+            else
+                w->held_conns = c->hnext;
+            if (c->hnext)
+                c->hnext->hprev = c->hprev;
+            c->in_held_list = false;
+        }
+        if (c->out_ready != before && !settle(w, c))
+            conn_close(w, c);
+    }
+    if (failed)
+        while (w->held_conns) {
+            atomic_fetch_add(&w->srv->refused, 1);
+            conn_close(w, w->held_conns);
+        }
+}
+
+/* The pipeline's listener (sync thread, or a frontend committing inline):
+ * wakes each worker whose awaited ticket became durable, or every waiting
+ * worker after a failed sync. A worker stores want before it looks at the
+ * durable ticket a last time and sleeps; here the durable ticket was stored
+ * before want is read (both seq_cst), so one of the two sees the other. */
+void rpc_server_durable_advanced(void *arg, uint64_t durable, bool failed)
+{
+    rpc_server *s = arg;
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        worker *w = &s->workers[i];
+        uint64_t t = atomic_load(&w->want);
+        if (t == 0 || (!failed && durable < t) || !atomic_compare_exchange_strong(&w->want, &t, 0))
+            continue;
+        uint64_t one = 1;
+        ssize_t r = write(w->durable_fd, &one, sizeof one);
+        (void)r;
+    }
 }
 
 /* Reads once from the socket and runs the complete requests. One read per
@@ -335,16 +500,12 @@ static void take_incoming(worker *w)
  * run the requests that waited in the buffer. Returns false to close. */
 static bool conn_writable(worker *w, conn *c)
 {
-    bool sent;
     size_t before = c->out_off;
-    if (!flush_out(c, &sent))
+    if (!settle(w, c))
         return false;
-    if (!sent) {
-        if (c->out_off != before) /* it reads, slowly: the timeout counts from here */
-            c->out_since_ms = now_ms();
-        return true;
-    }
-    return watch(w, c, false) && run_requests(w, c);
+    if (c->watching == W_WRITE && c->out_off != before) /* it reads, slowly: the timeout counts from here */
+        c->out_since_ms = now_ms();
+    return true;
 }
 
 /* Closes the connections whose client left responses unread for the send
@@ -354,11 +515,28 @@ static void close_stalled(worker *w)
     uint64_t now = now_ms();
     for (conn *c = w->conns, *next; c; c = next) {
         next = c->next;
-        if (c->blocked && now - c->out_since_ms >= w->srv->send_timeout_ms) {
+        if (c->watching == W_WRITE && now - c->out_since_ms >= w->srv->send_timeout_ms) {
             atomic_fetch_add(&w->srv->send_timeouts, 1);
             conn_close(w, c);
         }
     }
+}
+
+/* Held responses: release what is durable, and ask the listener for a
+ * wake-up at the next advance. Returns the epoll timeout to use: 0 if the
+ * durable ticket moved meanwhile. */
+static int await_durable(worker *w, int timeout)
+{
+    if (!w->held_conns)
+        return timeout;
+    release_held(w);
+    if (!w->held_conns)
+        return timeout;
+    atomic_store(&w->want, w->seen_durable + 1);
+    uint64_t d = 0;
+    if (mango_durable_ticket(&d) != MANGO_OK || d != w->seen_durable)
+        return 0;
+    return timeout;
 }
 
 static void *worker_main(void *arg)
@@ -366,7 +544,8 @@ static void *worker_main(void *arg)
     worker *w = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&w->srv->stop)) {
-        int n = epoll_wait(w->epfd, evs, 64, w->n_blocked ? 100 : -1);
+        int timeout = await_durable(w, w->n_blocked ? 100 : -1);
+        int n = epoll_wait(w->epfd, evs, 64, timeout);
         if (n < 0)
             continue; /* EINTR (nothing else can fail on a valid epoll fd) */
         for (int i = 0; i < n; i++) {
@@ -374,14 +553,29 @@ static void *worker_main(void *arg)
                 take_incoming(w);
                 continue;
             }
+            if (evs[i].data.ptr == &w->durable_fd) {
+                uint64_t v;
+                while (read(w->durable_fd, &v, sizeof v) == sizeof v) {
+                }
+                continue; /* released at the top of the loop */
+            }
             conn *c = evs[i].data.ptr;
-            bool ok = c->blocked ? conn_writable(w, c) : conn_readable(w, c);
+            bool ok = c->watching == W_WRITE ? conn_writable(w, c) : conn_readable(w, c);
             if (!ok || (evs[i].events & (EPOLLHUP | EPOLLERR)))
                 conn_close(w, c);
         }
         if (w->n_blocked)
             close_stalled(w);
     }
+    /* Stopping: the commands that ran are answered once durable (one try to
+     * send, without blocking), then every connection is closed. */
+    uint64_t last = 0;
+    for (conn *c = w->held_conns; c; c = c->hnext)
+        if (c->n_held && c->held[c->held_head + c->n_held - 1].ticket > last)
+            last = c->held[c->held_head + c->n_held - 1].ticket;
+    if (last)
+        (void)mango_wait_durable(last);
+    release_held(w);
     while (w->conns)
         conn_close(w, w->conns);
     return NULL;
@@ -488,6 +682,8 @@ static void free_workers(rpc_server *s)
             close(w->epfd);
         if (w->wake_fd >= 0)
             close(w->wake_fd);
+        if (w->durable_fd >= 0)
+            close(w->durable_fd);
         pthread_mutex_destroy(&w->mu);
     }
     free(s->workers);
@@ -506,6 +702,7 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         return mango_error(MANGO_ENOMEM, "mango_rpc_start: out of memory");
     s->cfg = *cfg;
     s->cb = cb;
+    s->pipelined = mango_commit_is_pipelined();
     s->listen_fd = -1;
     if (s->cfg.threads == 0) /* a worker waits for each of its commands to be durable */
         s->cfg.threads = RPC_DEFAULT_THREADS;
@@ -547,15 +744,19 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
     }
     for (unsigned i = 0; i < s->n_workers; i++) { /* first, so free_workers may run */
         s->workers[i].srv = s;
-        s->workers[i].epfd = s->workers[i].wake_fd = -1;
+        s->workers[i].epfd = s->workers[i].wake_fd = s->workers[i].durable_fd = -1;
         pthread_mutex_init(&s->workers[i].mu, NULL);
     }
     for (unsigned i = 0; i < s->n_workers; i++) {
         worker *w = &s->workers[i];
         w->epfd = epoll_create1(EPOLL_CLOEXEC);
         w->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        w->durable_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
-        if (w->epfd < 0 || w->wake_fd < 0 || epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0) {
+        struct epoll_event dev = {.events = EPOLLIN, .data.ptr = &w->durable_fd};
+        if (w->epfd < 0 || w->wake_fd < 0 || w->durable_fd < 0 ||
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->wake_fd, &ev) != 0 ||
+            epoll_ctl(w->epfd, EPOLL_CTL_ADD, w->durable_fd, &dev) != 0) {
             rc = mango_error(MANGO_EIO, "mango_rpc_start: epoll/eventfd: %s", strerror(errno));
             break;
         }
@@ -587,6 +788,7 @@ void rpc_server_stats(const rpc_server *s, mango_rpc_stats *out)
     out->bad_frames = atomic_load(&s->bad_frames);
     out->send_timeouts = atomic_load(&s->send_timeouts);
     out->refused = atomic_load(&s->refused);
+    out->held = atomic_load(&s->held);
 }
 
 void rpc_server_stop(rpc_server *s)

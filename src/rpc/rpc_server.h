@@ -14,6 +14,9 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
                      unsigned max_threads);
 int rpc_server_port(const rpc_server *s);
 void rpc_server_stats(const rpc_server *s, mango_rpc_stats *out);
+/* The commit pipeline's listener (pipeline_set_listener, arg: the server):
+ * wakes the workers that hold responses behind a ticket now durable. */
+void rpc_server_durable_advanced(void *arg, uint64_t durable, bool failed);
 /* Stops accepting, closes every connection (destroy_client), joins the threads. */
 void rpc_server_stop(rpc_server *s);
 

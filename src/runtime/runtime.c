@@ -337,7 +337,7 @@ static void process_keyed(void *ctx)
 static int batch_end_commit(void *arg, uint64_t *ticket)
 {
     bool defer = rt.defer_commit ||
-                 (ticket && (!pipeline_idle(&rt.pipe) || fc_readers_waiting(rt.fc) ||
+                 (ticket && (fc_batch_async(rt.fc) || !pipeline_idle(&rt.pipe) || fc_readers_waiting(rt.fc) ||
                              (rt.deps && fc_reads_seen(rt.fc))));
     defer = defer && rt.pipe.deferred_ok;
     rt.defer_commit = false;
@@ -433,7 +433,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
 
 /* Pipelined combining (fs, sim): a combined batch's commands wait for its
  * ticket after the combiner released the lock, so the next batch runs while
- * this one syncs (read-only commands: read_done). */
+ * this one syncs (read-only commands: read_target). */
 static int wait_durable(void *arg, uint64_t ticket)
 {
     (void)arg;
@@ -444,9 +444,12 @@ static int wait_durable(void *arg, uint64_t ticket)
 /* After a read-only command. It may have read a batch whose commit failed
  * (fail() runs under the write side, so its flag is visible here): refuse it,
  * as nothing of that batch may be reported. And in fs/sim mode it may have
- * read batches still in flight: wait for everything ended so far. */
-static int read_done(void *arg, void *ctx)
+ * read batches still in flight: it waits for everything ended so far, or,
+ * with request_keys, for the batches that wrote its keys. */
+static int read_target(void *arg, void *ctx, uint64_t *ticket)
 {
+    (void)arg;
+    *ticket = 0;
     if (atomic_load(&rt.failed))
         return mango_error_stopped();
     if (!rt.pipe.deferred_ok)
@@ -470,7 +473,8 @@ static int read_done(void *arg, void *ctx)
         }
     }
     atomic_fetch_add_explicit(&rt.reads_waited, 1, memory_order_relaxed);
-    return wait_durable(arg, target);
+    *ticket = target;
+    return MANGO_OK;
 }
 
 typedef struct init_args {
@@ -806,7 +810,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         .batch_end = batch_end,
         .gather_window_ns = gather_window,
         .wait_durable = rt.pipe.deferred_ok ? wait_durable : NULL,
-        .read_done = read_done,
+        .read_target = read_target,
     };
     int rc = fc_create(&rt.fc, cfg.max_threads, &hooks);
     if (rc) {
@@ -845,6 +849,22 @@ int mango_client_cmd(void *ctx)
     if (f)
         return mango_error_stopped();
     int rc = fc_execute(rt.fc, ctx);
+    if (rc < 0 && atomic_load(&rt.failed))
+        mango_error_adopt_fatal(); /* the combiner that failed was another thread */
+    return rc;
+}
+
+int mango_client_submit(void *ctx, uint64_t *ticket)
+{
+    if (!ticket)
+        return mango_error(MANGO_EINVAL, "mango_client_submit: ticket is NULL");
+    *ticket = 0;
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
+    if (f)
+        return mango_error_stopped();
+    int rc = fc_submit(rt.fc, ctx, ticket);
     if (rc < 0 && atomic_load(&rt.failed))
         mango_error_adopt_fatal(); /* the combiner that failed was another thread */
     return rc;
@@ -1004,7 +1024,16 @@ int mango_rpc_start(const mango_rpc_config *cfg)
     if (rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_start: already serving on port %d", rpc_server_port(rpc));
     mango_rpc_config none = {0};
-    return rpc_server_start(&rpc, cfg ? cfg : &none, &rt.cb, rt.cfg.max_threads ? rt.cfg.max_threads : 64);
+    int rc = rpc_server_start(&rpc, cfg ? cfg : &none, &rt.cb, rt.cfg.max_threads ? rt.cfg.max_threads : 64);
+    if (rc == MANGO_OK && rt.pipe.deferred_ok) {
+        /* Workers hold responses and wait for the listener's wake-up. One
+         * call by hand covers an advance made before it was installed. */
+        pipeline_set_listener(&rt.pipe, rpc_server_durable_advanced, rpc);
+        int err = 0;
+        uint64_t d = pipeline_durable(&rt.pipe, &err);
+        rpc_server_durable_advanced(rpc, d, err != 0);
+    }
+    return rc;
 }
 
 int mango_rpc_port(void)
@@ -1023,6 +1052,8 @@ int mango_rpc_stop(void)
 {
     if (!rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_stop: not serving");
+    if (rt.pipe.deferred_ok)
+        pipeline_set_listener(&rt.pipe, NULL, NULL); /* returns once no call is in progress */
     rpc_server_stop(rpc);
     rpc = NULL;
     return MANGO_OK;

@@ -52,13 +52,15 @@ typedef struct model {
     _Atomic int readers_inside;
     _Atomic unsigned long violations;
     unsigned long end_calls;
-    /* Pipelined commit (wait_durable / read_done hooks). */
+    /* Pipelined commit (wait_durable / read_target hooks). */
     _Atomic unsigned long ended;    /* ticket of the last ended batch */
     unsigned long null_ticket_ends; /* batch_end calls that had to be durable */
     int wait_error;                 /* wait_durable returns this */
     unsigned wait_sleep_us;         /* wait_durable sleeps this long (a "sync") */
     _Atomic int waiting;            /* threads inside wait_durable */
     unsigned long begins_while_waiting; /* batches begun while a thread waited */
+    fc *f;                          /* set: batch_end counts fc_batch_async */
+    unsigned long async_ends;       /* batch_end calls with fc_batch_async() true */
 } model;
 
 typedef struct cmd {
@@ -141,6 +143,8 @@ static int h_end(void *arg, uint64_t *ticket)
 {
     model *m = arg;
     m->end_calls++;
+    if (m->f && fc_batch_async(m->f))
+        m->async_ends++;
     if (ticket) {
         *ticket = m->batches; /* durable later, in wait_durable */
         atomic_store(&m->ended, m->batches);
@@ -167,11 +171,11 @@ static int h_wait(void *arg, uint64_t ticket)
 }
 
 /* A read waits for the last ended batch's ticket, as the runtime's does. */
-static int h_read_done(void *arg, void *ctx)
+static int h_read_target(void *arg, void *ctx, uint64_t *ticket)
 {
     (void)ctx;
-    uint64_t t = atomic_load(&((model *)arg)->ended);
-    return t ? h_wait(arg, t) : 0;
+    *ticket = atomic_load(&((model *)arg)->ended);
+    return 0;
 }
 
 static fc_hooks make_hooks(model *m)
@@ -434,7 +438,7 @@ static int test_pipelined_tickets(void)
     m.wait_sleep_us = 100;
     fc_hooks h = make_hooks(&m);
     h.wait_durable = h_wait;
-    h.read_done = h_read_done;
+    h.read_target = h_read_target;
     fc *f;
     CHECK(fc_create(&f, 8, &h) == 0, "fc_create");
     pipe_worker ws[6];
@@ -476,6 +480,40 @@ typedef struct reader_arg {
     model *m;
     int rc;
 } reader_arg;
+
+/* fc_submit: the same commands, but the ticket is handed back instead of
+ * waited for, and batch_end knows the batch holds such a command. */
+static int test_submit(void)
+{
+    model m;
+    memset(&m, 0, sizeof m);
+    fc_hooks h = make_hooks(&m);
+    h.wait_durable = h_wait;
+    h.read_target = h_read_target;
+    fc *f;
+    CHECK(fc_create(&f, 4, &h) == 0, "fc_create");
+    m.f = f;
+    m.wait_error = MANGO_EIO; /* a wait would fail: fc_submit must not wait */
+    last_waited = 12345;
+    cmd w = {.ro = false, .m = &m, .batch_seen = -1};
+    uint64_t t = 0;
+    CHECK(fc_submit(f, &w, &t) == 0 && t == 1 && w.batch_seen == 1, "rw submit: rc, ticket %llu",
+          (unsigned long long)t);
+    CHECK(m.async_ends == 1, "batch_end saw fc_batch_async %lu times", m.async_ends);
+    cmd r = {.ro = true, .m = &m, .batch_seen = -1};
+    t = 0;
+    CHECK(fc_submit(f, &r, &t) == 0 && t == 1, "ro submit: ticket %llu", (unsigned long long)t);
+    CHECK(last_waited == 12345, "fc_submit waited for ticket %lu", last_waited);
+    /* fc_execute waits (and gets the wait's error), and its batch is not async. */
+    CHECK(fc_execute(f, &w) == MANGO_EIO && last_waited == 2 && m.async_ends == 1, "rw execute");
+    CHECK(fc_execute(f, &r) == MANGO_EIO, "ro execute");
+    /* A failed batch hands back its error and no ticket. */
+    m.begin_error = MANGO_EIO;
+    t = 7;
+    CHECK(fc_submit(f, &w, &t) == MANGO_EIO && t == 0, "failed submit: ticket %llu", (unsigned long long)t);
+    fc_destroy(f);
+    return 0;
+}
 
 static void *reader_main(void *p)
 {
@@ -805,6 +843,7 @@ int main(void)
         {"readers_waiting", test_readers_waiting},
         {"process_read_and_reads_seen", test_process_read_and_reads_seen},
         {"reads_seen_across_callers", test_reads_seen_across_callers},
+        {"submit", test_submit},
     };
     int passed = 0, failed = 0;
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {

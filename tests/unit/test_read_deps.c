@@ -324,9 +324,23 @@ static int runtime_cases(const char *pool)
     /* A read without keys waits for a keyed PUT in flight. */
     CHECK(while_in_flight('P', 4, 300, sum_waits, false));
 
+    /* mango_client_submit: a PUT returns before it is durable, with the
+     * ticket its response waits for; a GET of another key names an earlier
+     * ticket, a GET of the PUT's key the PUT's own. */
+    cmd sput = {.op = 'P', .key = 9, .value = 900};
+    uint64_t t_put = 0, t_other = 0, t_same = 0;
+    CHECK(mango_client_submit(&sput, &t_put) == MANGO_OK);
+    CHECK(t_put > 0 && durable_now() < t_put); /* its batch went to the sync thread */
+    cmd sother = {.op = 'G', .key = 10};
+    CHECK(mango_client_submit(&sother, &t_other) == MANGO_OK && t_other < t_put);
+    cmd ssame = {.op = 'G', .key = 9};
+    CHECK(mango_client_submit(&ssame, &t_same) == MANGO_OK && ssame.out == 900 && t_same == t_put);
+    CHECK(mango_client_submit(&ssame, NULL) == MANGO_EINVAL);
+    CHECK(mango_wait_durable(t_put) == MANGO_OK && durable_now() >= t_put);
+
     mango_stats s;
     mango_get_stats(&s);
-    CHECK(s.reads_waited >= 5); /* those the cases above expect to wait, at least */
+    CHECK(s.reads_waited >= 6); /* those the cases above expect to wait, at least */
     printf("reads that waited for a sync: %llu\n", (unsigned long long)s.reads_waited);
 
     atomic_store(&stop_reading, true);
