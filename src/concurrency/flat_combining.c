@@ -81,7 +81,7 @@ typedef struct fc_slot {
     uint64_t ticket;             /* valid once status == FC_DONE (wait_durable) */
     _Atomic uint32_t reads;      /* read-only commands this slot's owner ran (fc_reads_seen) */
     uint32_t reads_snap;         /* reads at the last fc_reads_seen (write-side holder only) */
-    uint32_t async;              /* valid once status == FC_READY: the owner will not wait (fc_submit) */
+    uint32_t async;              /* valid once status == FC_READY: fc_submit's hand_over */
 } fc_slot;
 
 _Static_assert(sizeof(fc_slot) == FC_CACHELINE, "one slot per cache line");
@@ -100,7 +100,7 @@ struct fc {
     _Atomic unsigned hwm;
     pthread_key_t key; /* value: this thread's fc_slot *, released at exit */
     unsigned recent_max;  /* group commit: largest recent batch (combiner only) */
-    bool batch_async;     /* the batch being ended holds a command of fc_submit (combiner only) */
+    bool batch_async;     /* the batch being ended holds a command of fc_submit with hand_over (combiner only) */
     unsigned decay_tick;
 
     fc_slot slots[];
@@ -353,7 +353,7 @@ void fc_destroy(fc *f)
     free(f);
 }
 
-int fc_execute(fc *f, void *ctx) { return fc_submit(f, ctx, NULL); }
+int fc_execute(fc *f, void *ctx) { return fc_submit(f, ctx, NULL, false); }
 
 /* The ticket a command must wait for: waited here (ticket_out NULL) or
  * handed to the caller. */
@@ -366,7 +366,7 @@ static int finish(fc *f, int r, uint64_t ticket, uint64_t *ticket_out)
     return r == 0 ? wait_ticket(f, ticket) : r;
 }
 
-int fc_submit(fc *f, void *ctx, uint64_t *ticket_out)
+int fc_submit(fc *f, void *ctx, uint64_t *ticket_out, bool hand_over)
 {
     fc_slot *s = slot_get(f);
     if (!s)
@@ -402,7 +402,7 @@ int fc_submit(fc *f, void *ctx, uint64_t *ticket_out)
     }
 
     s->ctx = ctx;
-    s->async = ticket_out != NULL;
+    s->async = ticket_out && hand_over;
     atomic_store_explicit(&s->status, FC_READY, memory_order_release);
     for (;;) {
         uint32_t st = atomic_load_explicit(&s->status, memory_order_acquire);

@@ -64,9 +64,11 @@ int fc_execute(fc *f, void *ctx);
 
 /* The same, without the wait for durability: on success *ticket gets what
  * the command's result must wait for (0: nothing), the ticket fc_execute
- * would have passed to wait_durable. A batch holding such a command is ended
- * with fc_batch_async() true. */
-int fc_submit(fc *f, void *ctx, uint64_t *ticket);
+ * would have passed to wait_durable. hand_over: the caller must not be made
+ * to wait for a sync either; the batch holding the command is then ended
+ * with fc_batch_async() true. Without it, batch_end may still sync the batch
+ * under the lock (then *ticket is 0). */
+int fc_submit(fc *f, void *ctx, uint64_t *ticket, bool hand_over);
 
 /* Run fn(arg) alone, as if it were a one-command read-write batch (used for
  * the application's init_state and for shutdown). */
@@ -87,8 +89,8 @@ int fc_exclusive_end(fc *f);
 bool fc_readers_waiting(fc *f);
 
 /* For batch_end, on the thread holding the write side: does the batch hold a
- * command of fc_submit? Its caller does not wait, so there is nothing to gain
- * from syncing under the lock. */
+ * command of fc_submit with hand_over? Its caller has other work to do, so
+ * the batch goes to the sync thread rather than being synced under the lock. */
 bool fc_batch_async(const fc *f);
 
 /* For batch_end, on the thread holding the write side: did threads other

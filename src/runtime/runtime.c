@@ -44,6 +44,7 @@
 #include "recovery/trace.h"
 #include "rpc/rpc_server.h"
 #include "runtime/error.h"
+#include "runtime/submit.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -854,7 +855,9 @@ int mango_client_cmd(void *ctx)
     return rc;
 }
 
-int mango_client_submit(void *ctx, uint64_t *ticket)
+int mango_client_submit(void *ctx, uint64_t *ticket) { return runtime_submit(ctx, ticket, false); }
+
+int runtime_submit(void *ctx, uint64_t *ticket, bool may_wait)
 {
     if (!ticket)
         return mango_error(MANGO_EINVAL, "mango_client_submit: ticket is NULL");
@@ -864,7 +867,7 @@ int mango_client_submit(void *ctx, uint64_t *ticket)
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error_stopped();
-    int rc = fc_submit(rt.fc, ctx, ticket);
+    int rc = fc_submit(rt.fc, ctx, ticket, !may_wait);
     if (rc < 0 && atomic_load(&rt.failed))
         mango_error_adopt_fatal(); /* the combiner that failed was another thread */
     return rc;

@@ -497,20 +497,25 @@ static int test_submit(void)
     last_waited = 12345;
     cmd w = {.ro = false, .m = &m, .batch_seen = -1};
     uint64_t t = 0;
-    CHECK(fc_submit(f, &w, &t) == 0 && t == 1 && w.batch_seen == 1, "rw submit: rc, ticket %llu",
+    CHECK(fc_submit(f, &w, &t, true) == 0 && t == 1 && w.batch_seen == 1, "rw submit: rc, ticket %llu",
           (unsigned long long)t);
     CHECK(m.async_ends == 1, "batch_end saw fc_batch_async %lu times", m.async_ends);
     cmd r = {.ro = true, .m = &m, .batch_seen = -1};
     t = 0;
-    CHECK(fc_submit(f, &r, &t) == 0 && t == 1, "ro submit: ticket %llu", (unsigned long long)t);
+    CHECK(fc_submit(f, &r, &t, true) == 0 && t == 1, "ro submit: ticket %llu", (unsigned long long)t);
     CHECK(last_waited == 12345, "fc_submit waited for ticket %lu", last_waited);
     /* fc_execute waits (and gets the wait's error), and its batch is not async. */
     CHECK(fc_execute(f, &w) == MANGO_EIO && last_waited == 2 && m.async_ends == 1, "rw execute");
     CHECK(fc_execute(f, &r) == MANGO_EIO, "ro execute");
+    /* Without hand_over: the ticket still comes back unwaited, but the
+     * batch is not marked for the sync thread. */
+    last_waited = 12345;
+    CHECK(fc_submit(f, &w, &t, false) == 0 && t == 3 && m.async_ends == 1 && last_waited == 12345,
+          "rw submit without hand_over: ticket %llu", (unsigned long long)t);
     /* A failed batch hands back its error and no ticket. */
     m.begin_error = MANGO_EIO;
     t = 7;
-    CHECK(fc_submit(f, &w, &t) == MANGO_EIO && t == 0, "failed submit: ticket %llu", (unsigned long long)t);
+    CHECK(fc_submit(f, &w, &t, true) == MANGO_EIO && t == 0, "failed submit: ticket %llu", (unsigned long long)t);
     fc_destroy(f);
     return 0;
 }
