@@ -1051,23 +1051,28 @@ void mango_rpc_get_stats(mango_rpc_stats *out)
         rpc_server_stats(rpc, out);
 }
 
+/* The listener first (it returns once no call is in progress): the sync
+ * thread must not call into a server being freed. */
+static void stop_rpc_server(void)
+{
+    if (rt.pipe.deferred_ok)
+        pipeline_set_listener(&rt.pipe, NULL, NULL);
+    rpc_server_stop(rpc);
+    rpc = NULL;
+}
+
 int mango_rpc_stop(void)
 {
     if (!rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_stop: not serving");
-    if (rt.pipe.deferred_ok)
-        pipeline_set_listener(&rt.pipe, NULL, NULL); /* returns once no call is in progress */
-    rpc_server_stop(rpc);
-    rpc = NULL;
+    stop_rpc_server();
     return MANGO_OK;
 }
 
 int mango_shutdown(void)
 {
-    if (rpc) { /* its workers may be inside commands */
-        rpc_server_stop(rpc);
-        rpc = NULL;
-    }
+    if (rpc) /* its workers may be inside commands */
+        stop_rpc_server();
     if (!rt.up)
         return MANGO_OK;
     rt.up = false;
