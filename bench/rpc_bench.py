@@ -9,7 +9,8 @@ Modes: none (durability off), emulated (pool on /dev/shm), fs (pool in
 --fs-dir), fs-inline (fs with MANGO_PIPELINE=0: each batch synced under the
 write lock), fs-unkeyed (fs with add_server --unkeyed-reads: GETs do not name
 their counter, so each waits for every ADD in flight). The server gets one
-worker per CPU (--threads = os.cpu_count()) unless --server-threads is given:
+worker per CPU (--threads = os.cpu_count()) unless --server-threads says
+otherwise (a number, or clients for one worker per connection):
 a worker holds responses while their commands become durable, so it need not
 be one per client (fs-inline is the exception: there a worker waits for each
 write's sync under the lock, as every worker did before 2026-11-25).
@@ -49,6 +50,26 @@ def int_list(s):
         raise argparse.ArgumentTypeError("expected a comma list of integers, got %r" % s)
 
 
+def server_threads(spec, clients):
+    """--server-threads: a number, "cpus" (the default) or "clients"."""
+    if spec == "clients":
+        return clients
+    if spec == "cpus":
+        return os.cpu_count() or 2
+    return int(spec)
+
+
+def threads_spec(s):
+    if s in ("cpus", "clients"):
+        return s
+    try:
+        if int(s) > 0:
+            return s
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError("expected a positive number, cpus or clients, not %r" % s)
+
+
 def run_one(args, mode, clients, upd):
     base = args.fs_dir if mode.startswith("fs") else "/dev/shm"
     d = tempfile.mkdtemp(prefix="rpc_bench-", dir=base)
@@ -56,7 +77,7 @@ def run_one(args, mode, clients, upd):
     env.pop("MANGO_PIPELINE", None)
     if mode == "fs-inline":
         env["MANGO_PIPELINE"] = "0"
-    threads = args.server_threads or os.cpu_count() or 2
+    threads = server_threads(args.server_threads, clients)
     extra = ["--unkeyed-reads"] if mode == "fs-unkeyed" else []
     srv = subprocess.Popen([args.server, "--pool", os.path.join(d, "pool"),
                             "--mode", mode.split("-")[0], "--threads", str(threads)] + extra,
@@ -99,7 +120,9 @@ def main():
     ap.add_argument("--updates", type=int_list, default=[10, 50, 100], help="ADD %% (default 10,50,100)")
     ap.add_argument("--seconds", type=float, default=3.0, help="seconds per run (default 3)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per cell and mode (median shown)")
-    ap.add_argument("--server-threads", type=int, default=0, help="add_server --threads (default: the CPU count)")
+    ap.add_argument("--server-threads", type=threads_spec, default="cpus",
+                    help="add_server --threads: a number, cpus (default: the CPU count) or clients "
+                         "(one worker per connection)")
     ap.add_argument("--fs-dir", default="/var/tmp", help="directory of the fs-mode pools (default /var/tmp)")
     ap.add_argument("--out", help="output directory (default bench/results/<date>/rpc)")
     a = ap.parse_args()
@@ -151,7 +174,7 @@ def main():
          "- machine: %d cores, kernel %s; server and load generator share the cores (loopback TCP)"
          % (os.cpu_count() or 0, os.uname().release),
          "- closed loop, one request in flight per connection, %g s per run, median of %d; add_server --threads "
-         "= %s; fs pools in `%s`" % (a.seconds, a.repeat, a.server_threads or os.cpu_count() or 2, a.fs_dir),
+         "= %s; fs pools in `%s`" % (a.seconds, a.repeat, a.server_threads if a.server_threads != "cpus" else os.cpu_count() or 2, a.fs_dir),
          "- %.0f s in all" % (time.monotonic() - t0), ""]
     head = ["clients", "ADD %"] + ["%s ops/s" % m for m in a.modes] + ["%s p99 µs" % m for m in a.modes]
     ratios = []
