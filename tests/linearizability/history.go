@@ -4,13 +4,16 @@
 // A history is a folder of client logs, DIR/client-<pid>-<t>.log, one line per
 // event (see examples/kvstore/kv_history.c):
 //
-//	I <opid> <client> <key> <PUT|GET> <value-id> <t_ns>   invocation
-//	R <opid> <result> <t_ns>                             return
+//	I <opid> <client> <key> <PUT|GET|ADD> <value-id|delta> <t_ns>   invocation
+//	R <opid> <result> <t_ns>                                       return
 //
 // The model is one register per key (initially 0, "never written"); PUT sets
 // it to the write's unique value id, GET returns it. A PUT of 0 is a delete
 // (the Redis crash test, redis/tests/redis_crash_clients.c, logs DEL, HDEL and
 // a MULTI that deletes both keys of a pair so): the register is nil again.
+// ADD adds its delta to the register and returns the sum (RPC mode's counter
+// server, tests/rpc/add_server_history.py); a history uses PUT or ADD on a
+// key, not both.
 // Porcupine checks each key on its own (Partition), which is sound for
 // registers: a history of independent objects is linearizable iff each
 // object's sub-history is.
@@ -34,10 +37,14 @@ const tornValue = math.MaxUint64
 
 type kvInput struct {
 	Put   bool
+	Add   bool // ADD: Value is the delta
 	Key   int
 	Value uint64 // PUT: the value id written
 	Proc  int    // the worker process, numbered 1, 2, ... in start order
 }
+
+// writes says whether the operation changes the register.
+func (in kvInput) writes() bool { return in.Put || in.Add }
 
 // kvState is one key's register and the latest process whose operation on the
 // key has been linearized so far.
@@ -51,13 +58,17 @@ type kvOutput struct {
 	Unknown bool   // the operation was cut off by a crash
 }
 
-// describeValue prints a value id as epoch.client.n (see kv_history.c).
+// describeValue prints a value id as epoch.client.n (see kv_history.c), or a
+// counter's sum as a number.
 func describeValue(v uint64) string {
 	switch v {
 	case 0:
 		return "empty"
 	case tornValue:
 		return "TORN"
+	}
+	if v < 1<<40 { // kv_history.c's epochs start at 1: a counter's sum (ADD)
+		return fmt.Sprintf("%d", v)
 	}
 	return fmt.Sprintf("e%d.c%d.%d", v>>40, (v>>32)&0xff, v&0xffffffff)
 }
@@ -92,12 +103,16 @@ var KVModel = porcupine.Model{
 			// by that crash can be here (a completed operation returned
 			// before the later process started), and then it did not take
 			// effect: the crash ended it. See parseLog.
-			return in.Put && out.Unknown, st
+			return in.writes() && out.Unknown, st
 		}
 		st.Proc = in.Proc
 		if in.Put {
 			st.Value = in.Value
 			return true, st
+		}
+		if in.Add {
+			st.Value += in.Value
+			return out.Unknown || out.Value == st.Value, st
 		}
 		return out.Value == st.Value, st
 	},
@@ -121,6 +136,12 @@ var KVModel = porcupine.Model{
 					describeValue(in.Value))
 			}
 			return fmt.Sprintf("p%d put(k%d, %s)", in.Proc, in.Key, describeValue(in.Value))
+		}
+		if in.Add {
+			if out.Unknown {
+				return fmt.Sprintf("p%d add(k%d, %d) -> ? (cut by crash)", in.Proc, in.Key, in.Value)
+			}
+			return fmt.Sprintf("p%d add(k%d, %d) -> %d", in.Proc, in.Key, in.Value, out.Value)
 		}
 		return fmt.Sprintf("p%d get(k%d) -> %s", in.Proc, in.Key, describeValue(out.Value))
 	},
@@ -232,13 +253,13 @@ func (h *History) parseLog(path string, proc int, keys map[int]bool) error {
 			val, e4 := num(5)
 			t, e5 := num(6)
 			if e1 != nil || e2 != nil || e3 != nil || e4 != nil || e5 != nil ||
-				(fields[4] != "PUT" && fields[4] != "GET") {
+				(fields[4] != "PUT" && fields[4] != "GET" && fields[4] != "ADD") {
 				return bad("malformed invocation")
 			}
 			if _, dup := open[opid]; dup {
 				return bad("operation id invoked twice")
 			}
-			in := kvInput{Put: fields[4] == "PUT", Key: int(key), Value: val, Proc: proc}
+			in := kvInput{Put: fields[4] == "PUT", Add: fields[4] == "ADD", Key: int(key), Value: val, Proc: proc}
 			open[opid] = pendingOp{client: int(client), input: in, call: int64(t),
 				where: fmt.Sprintf("%s:%d", filepath.Base(path), lineNo)}
 			order = append(order, opid)
@@ -282,13 +303,13 @@ func (h *History) parseLog(path string, proc int, keys map[int]bool) error {
 		if !ok {
 			continue
 		}
-		if !p.input.Put {
+		if !p.input.writes() {
 			// A GET cut off by the crash returned nothing to anybody and
 			// changes no state: any linearization stays valid without it.
 			h.PendingGets++
 			continue
 		}
-		// A PUT cut off by the crash may or may not have taken effect (it
+		// A PUT (or ADD) cut off by the crash may or may not have taken effect (it
 		// may be in the recovered state or not). Encoding: Return =
 		// MaxInt64 and an Output the model accepts whatever the state.
 		// Porcupine must place the operation's linearization point between

@@ -245,3 +245,44 @@ func TestDeleteIsAPutOfNil(t *testing.T) {
 }
 
 func u(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// Counters (ADD returns the sum, RPC mode's add_server): two processes, the
+// first killed with an ADD of each client in flight; one took effect (the
+// restart reads it), the other did not. Linearizable.
+func TestCounterAcrossCrash(t *testing.T) {
+	dir := writeHistory(t, map[string]string{
+		"client-100-0.log": "I 1 0 0 ADD 1 10\nR 1 1 20\n" + // 0 -> 1
+			"I 2 0 0 ADD 5 30\n", // cut off: took effect (6)
+		"client-100-1.log": "I 1 1 0 ADD 2 15\nR 1 3 25\n" + // racing the first: 1 -> 3
+			"I 2 1 0 ADD 100 40\n", // cut off: did not take effect
+		"client-200-0.log": "I 1 0 0 GET 0 1000\nR 1 8 1010\n", // 3 + 5
+	})
+	if res, h := check(t, dir); res != porcupine.Ok || h.Pending != 2 {
+		t.Fatalf("result %s, pending %d: want ok, 2", res, h.Pending)
+	}
+}
+
+// An acknowledged ADD missing after the crash: not linearizable.
+func TestCounterLostAdd(t *testing.T) {
+	dir := writeHistory(t, map[string]string{
+		"client-100-0.log": "I 1 0 0 ADD 1 10\nR 1 1 20\nI 2 0 0 ADD 1 30\nR 2 2 40\n",
+		"client-200-0.log": "I 1 0 0 GET 0 1000\nR 1 1 1010\n",
+	})
+	if res, _ := check(t, dir); res != porcupine.Illegal {
+		t.Fatalf("result %s: want illegal", res)
+	}
+}
+
+// A GET that saw a cut-off ADD, which the restart then lost: the ADD took
+// effect before the crash (the GET saw it) and after it (it is gone), which
+// no linearization allows.
+func TestCounterReadOfLostAdd(t *testing.T) {
+	dir := writeHistory(t, map[string]string{
+		"client-100-0.log": "I 1 0 0 ADD 7 10\n",
+		"client-100-1.log": "I 1 1 0 GET 0 20\nR 1 7 30\n",
+		"client-200-0.log": "I 1 0 0 GET 0 1000\nR 1 0 1010\n",
+	})
+	if res, _ := check(t, dir); res != porcupine.Illegal {
+		t.Fatalf("result %s: want illegal", res)
+	}
+}
