@@ -204,7 +204,8 @@ int mango_client_submit(void *ctx, uint64_t *ticket);
  * unread for 10 s, or a command the runtime refuses closes that connection
  * only. Call after mango_init; one server per process. */
 typedef struct mango_rpc_config {
-    const char *host;     /* IPv4 address to listen on; NULL: 127.0.0.1 */
+    const char *host;     /* address to listen on: IPv4, IPv6 or a name (its first address
+                           * that binds); NULL: 127.0.0.1 */
     uint16_t port;        /* 0: any free port (mango_rpc_port tells which) */
     unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads */
     uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */

@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -70,13 +71,28 @@ static int transfer(int fd, void *b, size_t n, bool out)
 static void *client_main(void *arg)
 {
     client *c = arg;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)O.port)};
-    inet_pton(AF_INET, O.host, &a.sin_addr);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        c->error = errno;
+    char port[8];
+    snprintf(port, sizeof port, "%d", O.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    if (getaddrinfo(O.host, port, &hints, &res) != 0) {
+        c->error = EINVAL;
         return NULL;
     }
+    int fd = -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+        if (fd < 0)
+            c->error = errno;
+        else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+            c->error = errno;
+            close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return NULL;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     uint64_t rng = 0x9e3779b97f4a7c15ull * (c->id + 1);

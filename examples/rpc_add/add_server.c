@@ -164,7 +164,7 @@ static void usage(FILE *f)
 "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto)\n"
 "  --pool-size BYTES  size of a new pool (default 128M; suffixes K M G)\n"
 "  --log-size BYTES   redo log of a new pool (default 16M)\n"
-"  --host ADDR        IPv4 address to listen on (default 127.0.0.1)\n"
+"  --host ADDR        address to listen on: IPv4, IPv6 (::1) or a name (default 127.0.0.1)\n"
 "  --port N           TCP port (default 0: any free port, printed at start)\n"
 "  --threads N        worker threads (default 8); each waits while its command\n"
 "                     becomes durable, so in fs mode about one per busy client\n"

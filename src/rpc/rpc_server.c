@@ -42,11 +42,13 @@
 #include "rpc/rpc_server.h"
 
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -673,26 +675,44 @@ static void *acceptor_main(void *arg)
 
 /* ---- start / stop ------------------------------------------------------- */
 
+/* Listens on host (an IPv4 or IPv6 address, or a name: its first address
+ * that binds) and port. */
 static int open_listener(rpc_server *s)
 {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(s->cfg.port)};
     const char *host = s->cfg.host ? s->cfg.host : "127.0.0.1";
-    if (inet_pton(AF_INET, host, &a.sin_addr) != 1)
-        return mango_error(MANGO_EINVAL, "mango_rpc_start: host \"%s\" is not an IPv4 address", host);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return mango_error(MANGO_EIO, "mango_rpc_start: socket: %s", strerror(errno));
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 512) != 0) {
-        int e = errno;
-        close(fd);
-        return mango_error(e == EADDRINUSE ? MANGO_EEXIST : MANGO_EIO, "mango_rpc_start: %s:%u: %s",
-                           host, (unsigned)s->cfg.port, strerror(e));
+    char port[8];
+    snprintf(port, sizeof port, "%u", (unsigned)s->cfg.port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int g = getaddrinfo(host, port, &hints, &res);
+    if (g != 0)
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: host \"%s\": %s", host,
+                           g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
+    int e = 0, fd = -1;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            e = errno;
+            continue;
+        }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0 || listen(fd, 512) != 0) {
+            e = errno;
+            close(fd);
+            fd = -1;
+        }
     }
+    freeaddrinfo(res);
+    if (fd < 0)
+        return mango_error(e == EADDRINUSE ? MANGO_EEXIST : MANGO_EIO, "mango_rpc_start: %s port %u: %s",
+                           host, (unsigned)s->cfg.port, strerror(e));
+    struct sockaddr_storage a;
     socklen_t len = sizeof a;
     getsockname(fd, (struct sockaddr *)&a, &len);
-    s->port = ntohs(a.sin_port);
+    s->port = ntohs(a.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&a)->sin6_port
+                                            : ((struct sockaddr_in *)&a)->sin_port);
     s->listen_fd = fd;
     return MANGO_OK;
 }

@@ -506,6 +506,21 @@ def test_bad_options():
     assert p.returncode == 0 and "Protocol" in p.stdout
 
 
+def test_ipv6_and_a_bad_host(pool):
+    """--host ::1 listens on IPv6 loopback (a client connects there); a host
+    that does not resolve is refused with a message naming it."""
+    srv = Server(pool, "emulated", threads=1, extra=["--host", "::1"]).start()
+    s = socket.create_connection(("::1", srv.port), timeout=10)
+    s.sendall(struct.pack("<I", 13) + b"A" + struct.pack("<Iq", 1, 4))
+    (n,) = struct.unpack("<I", s.recv(4))
+    assert n == 8 and struct.unpack("<q", s.recv(8))[0] == 4
+    s.close()
+    srv.stop()
+    p = subprocess.run([BINARY, "--pool", pool + "3", "--mode", "emulated", "--host", "no-such-host.invalid"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "no-such-host.invalid" in p.stderr, (p.returncode, p.stderr)
+
+
 def test_port_in_use(pool):
     srv = Server(pool, "emulated").start()
     p = subprocess.run([BINARY, "--pool", pool + "2", "--mode", "emulated", "--port", str(srv.port)],
