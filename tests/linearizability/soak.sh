@@ -2,23 +2,39 @@
 # soak.sh -- kill -9 torture with history checking, for long: CAMPAIGNS
 # independent campaigns of ROUNDS kills each (fresh pool and history each, so
 # Porcupine's work stays bounded), every history checked for linearizability.
-#   tests/linearizability/soak.sh [CAMPAIGNS=10] [ROUNDS=50] [BUILD=build]
+#   tests/linearizability/soak.sh [CAMPAIGNS=10] [ROUNDS=50] [BUILD=build] [kv|rpc]
+# kv (default): kvstore's local mode. rpc: add_server in RPC mode under
+# tests/rpc/add_server_history.py (6 clients, 2 workers, 4 shared counters,
+# sim syncs slowed to 2 ms unless MANGO_SIM_SYNC_DELAY_US says otherwise).
 set -euo pipefail
 campaigns=${1:-10}
 rounds=${2:-50}
 build=${3:-build}
+target=${4:-kv}
 here=$(cd "$(dirname "$0")" && pwd)
 kv=$build/examples/kvstore/kvstore
+server=$build/examples/rpc_add/add_server
 check=$build/tests/linearizability/kv_history.lincheck
-[ -x "$kv" ] && [ -x "$check" ] || { echo "soak: build first (ctest builds $check)" >&2; exit 2; }
+[ "$target" = rpc ] && check=$build/tests/linearizability/rpc_history.lincheck
+case "$target" in
+  kv) [ -x "$kv" ] ;;
+  rpc) [ -x "$server" ] ;;
+  *) echo "soak: the fourth argument is kv or rpc, not '$target'" >&2; exit 2 ;;
+esac && [ -x "$check" ] || { echo "soak: build first (ctest builds $check)" >&2; exit 2; }
 work=$(mktemp -d /dev/shm/mango-hsoak.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 total_ops=0; total_pending=0; total_rounds=0
 for c in $(seq 1 "$campaigns"); do
   rm -rf "$work/h" "$work/pool"; mkdir -p "$work/h"
-  "$kv" history-test --pool "$work/pool" --history "$work/h" --mode sim --rounds "$rounds" \
-      --threads 4 --keys 8 --update-pct 50 --think-us 200 --min-ms 30 --max-ms 300 \
-      --pool-size 16M --log-size 4M --quiet > "$work/run.log" 2>&1
+  if [ "$target" = kv ]; then
+    "$kv" history-test --pool "$work/pool" --history "$work/h" --mode sim --rounds "$rounds" \
+        --threads 4 --keys 8 --update-pct 50 --think-us 200 --min-ms 30 --max-ms 300 \
+        --pool-size 16M --log-size 4M --quiet > "$work/run.log" 2>&1
+  else
+    MANGO_SIM_SYNC_DELAY_US=${MANGO_SIM_SYNC_DELAY_US:-2000} "$here/../rpc/add_server_history.py" history-test \
+        --server "$server" --pool "$work/pool" --history "$work/h" --mode sim --rounds "$rounds" \
+        --clients 6 --threads 2 --keys 4 --quiet > "$work/run.log" 2>&1
+  fi
   out=$("$check" "$work/h" | tail -1)
   echo "campaign $c/$campaigns: $out"
   case "$out" in *linearizable=true*) ;; *) echo "soak: NOT linearizable (history kept in $work/h)"; trap - EXIT; exit 1 ;; esac
