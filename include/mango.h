@@ -209,6 +209,9 @@ typedef struct mango_rpc_config {
     uint16_t port;        /* 0: any free port (mango_rpc_port tells which) */
     unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads */
     uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */
+    const char *unix_path; /* non-NULL: listen on this Unix-domain socket instead of TCP (host
+                            * and port unused; mango_rpc_port() is 0). A socket left there is
+                            * replaced, anything else refused (MANGO_EEXIST); removed at stop. */
 } mango_rpc_config;
 
 typedef struct mango_rpc_stats {

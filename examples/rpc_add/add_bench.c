@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -29,11 +30,12 @@
 
 static struct {
     const char *host;
+    const char *unix_path; /* --unix: a Unix-domain socket instead of TCP */
     int port;
     unsigned clients;
     double seconds;
     unsigned update_pct;
-} O = {"127.0.0.1", 0, 8, 5.0, 50};
+} O = {"127.0.0.1", NULL, 0, 8, 5.0, 50};
 
 static atomic_bool stop_flag;
 
@@ -68,31 +70,60 @@ static int transfer(int fd, void *b, size_t n, bool out)
     return 0;
 }
 
-static void *client_main(void *arg)
+/* A connected socket to O.host:O.port (its first address that accepts);
+ * -1 with *error set if none does. */
+static int connect_tcp(int *error)
 {
-    client *c = arg;
     char port[8];
     snprintf(port, sizeof port, "%d", O.port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     if (getaddrinfo(O.host, port, &hints, &res) != 0) {
-        c->error = EINVAL;
-        return NULL;
+        *error = EINVAL;
+        return -1;
     }
     int fd = -1;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
         if (fd < 0)
-            c->error = errno;
+            *error = errno;
         else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            c->error = errno;
+            *error = errno;
             close(fd);
             fd = -1;
         }
     }
     freeaddrinfo(res);
-    if (fd < 0)
+    return fd;
+}
+
+static int connect_unix(void)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (strlen(O.unix_path) >= sizeof a.sun_path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    strcpy(a.sun_path, O.unix_path);
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        fd = -1;
+    }
+    return fd;
+}
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    int fd = O.unix_path ? connect_unix() : connect_tcp(&c->error);
+    if (fd < 0) {
+        if (O.unix_path)
+            c->error = errno;
         return NULL;
+    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     uint64_t rng = 0x9e3779b97f4a7c15ull * (c->id + 1);
@@ -129,6 +160,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
 "usage: add_bench --port N [--host ADDR] [--clients N] [--seconds S] [--update-pct P]\n"
+"       add_bench --unix PATH [--clients N] [--seconds S] [--update-pct P]\n"
 "\n"
 "Closed-loop load for add_server: N connections, one thread each, one request\n"
 "in flight per connection; ADD of 1 with probability P %% (default 50), else GET,\n"
@@ -151,6 +183,7 @@ static double pct(const uint64_t *h, uint64_t total, double q)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {{"host", required_argument, 0, 'H'},
+                                         {"unix", required_argument, 0, 'U'},
                                          {"port", required_argument, 0, 'p'},
                                          {"clients", required_argument, 0, 'c'},
                                          {"seconds", required_argument, 0, 's'},
@@ -162,6 +195,7 @@ int main(int argc, char **argv)
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'H': O.host = optarg; break;
+        case 'U': O.unix_path = optarg; break;
         case 'p': O.port = (int)strtol(optarg, &end, 10); if (*end || O.port <= 0 || O.port > 65535) goto bad; break;
         case 'c': O.clients = (unsigned)strtoul(optarg, &end, 10); if (*end || !O.clients || O.clients > 1024) goto bad; break;
         case 's': O.seconds = strtod(optarg, &end); if (*end || O.seconds <= 0) goto bad; break;
@@ -170,8 +204,8 @@ int main(int argc, char **argv)
         default: goto bad;
         }
     }
-    if (O.port == 0 || optind < argc)
-        goto bad;
+    if ((O.port == 0) == (O.unix_path == NULL) || optind < argc)
+        goto bad; /* exactly one of --port and --unix */
     client *cs = calloc(O.clients, sizeof *cs);
     for (unsigned i = 0; i < O.clients; i++) {
         cs[i].id = i;

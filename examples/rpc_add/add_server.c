@@ -166,8 +166,12 @@ static void usage(FILE *f)
 "  --log-size BYTES   redo log of a new pool (default 16M)\n"
 "  --host ADDR        address to listen on: IPv4, IPv6 (::1) or a name (default 127.0.0.1)\n"
 "  --port N           TCP port (default 0: any free port, printed at start)\n"
-"  --threads N        worker threads (default 8); each waits while its command\n"
-"                     becomes durable, so in fs mode about one per busy client\n"
+"  --unix PATH        listen on a Unix-domain socket at PATH instead of TCP (a\n"
+"                     socket left there is replaced; anything else is refused)\n"
+"  --threads N        worker threads (default 8). A worker holds its responses\n"
+"                     while their commands become durable and serves its other\n"
+"                     connections meanwhile (fs, sim modes), so one per CPU is\n"
+"                     enough for many clients\n"
 "  --unkeyed-reads    GETs do not name their counter (mango request_keys):\n"
 "                     each waits for every ADD in flight (for comparison)\n"
 "  --help             this text\n"
@@ -178,7 +182,8 @@ static void usage(FILE *f)
 "  'S'                       sum of all counters (i64)\n"
 "A malformed request gets 'E' and a message.\n"
 "\n"
-"On start it prints one line: 'add_server: listening on ADDR:PORT status=FRESH|RECOVERED'.\n"
+"On start it prints one line: 'add_server: listening on ADDR:PORT status=FRESH|RECOVERED'\n"
+"(with --unix: 'listening on unix:PATH').\n"
 "Exit status: 0 after a clean stop; 1 if the pool or the listener cannot be set\n"
 "up; 2 for bad options.\n");
 }
@@ -225,7 +230,7 @@ int main(int argc, char **argv)
     static const struct option opts[] = {
         {"pool", required_argument, 0, 'p'}, {"mode", required_argument, 0, 'm'},
         {"pool-size", required_argument, 0, 's'}, {"log-size", required_argument, 0, 'l'},
-        {"host", required_argument, 0, 'H'},
+        {"host", required_argument, 0, 'H'}, {"unix", required_argument, 0, 'U'},
         {"port", required_argument, 0, 'P'}, {"threads", required_argument, 0, 't'},
         {"unkeyed-reads", no_argument, 0, 'u'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     bool keyed_reads = true;
@@ -254,6 +259,7 @@ int main(int argc, char **argv)
             }
             break;
         case 'H': rc.host = optarg; break;
+        case 'U': rc.unix_path = optarg; break;
         case 'P':
             v = strtol(optarg, &end, 10);
             if (*end || v < 0 || v > 65535) {
@@ -304,8 +310,12 @@ int main(int argc, char **argv)
         mango_shutdown();
         return 1;
     }
-    printf("add_server: listening on %s:%d status=%s\n", rc.host ? rc.host : "127.0.0.1", mango_rpc_port(),
-           st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
+    if (rc.unix_path)
+        printf("add_server: listening on unix:%s status=%s\n", rc.unix_path,
+               st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
+    else
+        printf("add_server: listening on %s:%d status=%s\n", rc.host ? rc.host : "127.0.0.1", mango_rpc_port(),
+               st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
     fflush(stdout);
 
     int sig;

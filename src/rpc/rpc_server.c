@@ -54,6 +54,8 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -121,6 +123,8 @@ struct rpc_server {
     const mango_callbacks *cb;
     int listen_fd;
     int port;
+    bool unix_bound;        /* listening on unix_path: removed when the server stops */
+    char unix_path[108];    /* (sizeof sockaddr_un.sun_path) */
     pthread_t acceptor;
     _Atomic bool stop;
     uint64_t send_timeout_ms;
@@ -675,10 +679,54 @@ static void *acceptor_main(void *arg)
 
 /* ---- start / stop ------------------------------------------------------- */
 
+static void close_listener(rpc_server *s)
+{
+    close(s->listen_fd);
+    if (s->unix_bound)
+        unlink(s->unix_path);
+}
+
+/* Listens on a Unix-domain socket at cfg.unix_path. A socket left there by
+ * an earlier server is replaced; anything else at the path is refused and
+ * left alone. */
+static int open_unix_listener(rpc_server *s)
+{
+    const char *path = s->cfg.unix_path;
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    if (!*path || strlen(path) >= sizeof a.sun_path)
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: unix_path \"%s\": empty or longer than %zu bytes",
+                           path, sizeof a.sun_path - 1);
+    memcpy(a.sun_path, path, strlen(path) + 1);
+    memcpy(s->unix_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            return mango_error(MANGO_EEXIST, "mango_rpc_start: %s exists and is not a socket; not replaced", path);
+        if (unlink(path) != 0)
+            return mango_error(MANGO_EIO, "mango_rpc_start: cannot replace the old socket %s: %s", path,
+                               strerror(errno));
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return mango_error(MANGO_EIO, "mango_rpc_start: socket: %s", strerror(errno));
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 512) != 0) {
+        int e = errno;
+        close(fd);
+        return mango_error(e == EADDRINUSE ? MANGO_EEXIST : MANGO_EIO, "mango_rpc_start: %s: %s", path,
+                           strerror(e));
+    }
+    s->listen_fd = fd;
+    s->unix_bound = true;
+    s->port = 0;
+    return MANGO_OK;
+}
+
 /* Listens on host (an IPv4 or IPv6 address, or a name: its first address
  * that binds) and port. */
 static int open_listener(rpc_server *s)
 {
+    if (s->cfg.unix_path)
+        return open_unix_listener(s);
     const char *host = s->cfg.host ? s->cfg.host : "127.0.0.1";
     char port[8];
     snprintf(port, sizeof port, "%u", (unsigned)s->cfg.port);
@@ -798,7 +846,7 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
     s->n_workers = s->cfg.threads;
     s->workers = calloc(s->n_workers, sizeof *s->workers);
     if (!s->workers) {
-        close(s->listen_fd);
+        close_listener(s);
         free(s);
         return mango_error(MANGO_ENOMEM, "mango_rpc_start: out of memory");
     }
@@ -829,7 +877,7 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         rc = mango_error(MANGO_ENOMEM, "mango_rpc_start: cannot start the acceptor thread");
     if (rc != MANGO_OK) {
         stop_workers(s, started);
-        close(s->listen_fd);
+        close_listener(s);
         free_workers(s);
         free(s);
         return rc;
@@ -856,7 +904,7 @@ void rpc_server_stop(rpc_server *s)
     atomic_store(&s->stop, true);
     shutdown(s->listen_fd, SHUT_RDWR); /* wakes accept() */
     pthread_join(s->acceptor, NULL);
-    close(s->listen_fd);
+    close_listener(s);
     stop_workers(s, s->n_workers);
     free_workers(s);
     free(s);

@@ -51,7 +51,11 @@ class Server:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
         line = self.proc.stdout.readline()
         assert line.startswith("add_server: listening on"), (line, self.proc.stderr.read())
-        self.port = int(line.split()[3].rsplit(":", 1)[1])
+        where = line.split()[3]
+        if where.startswith("unix:"):
+            self.unix_path = where[len("unix:"):]
+        else:
+            self.port = int(where.rsplit(":", 1)[1])
         self.status = line.split("status=")[1].strip()
         return self
 
@@ -67,7 +71,12 @@ class Server:
 
 
 class Client:
-    def __init__(self, port):
+    def __init__(self, port, unix_path=None):
+        if unix_path:
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(30)
+            self.s.connect(unix_path)
+            return
         self.s = socket.create_connection(("127.0.0.1", port), timeout=30)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -519,6 +528,42 @@ def test_ipv6_and_a_bad_host(pool):
     p = subprocess.run([BINARY, "--pool", pool + "3", "--mode", "emulated", "--host", "no-such-host.invalid"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode != 0 and "no-such-host.invalid" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_unix_socket(pool):
+    """--unix PATH: the protocol over a Unix-domain socket, with responses
+    held behind slowed syncs (sim mode, two connections on one worker); a
+    socket left by a killed server is replaced by the next one; a clean stop
+    removes it; and a regular file at the path is refused and left as it
+    was."""
+    import stat
+    path = pool + ".sock"
+    srv = Server(pool, "sim", threads=1, extra=["--unix", path],
+                 env={"MANGO_SIM_SYNC_DELAY_US": "2000"}).start()
+    assert srv.unix_path == path and stat.S_ISSOCK(os.lstat(path).st_mode)
+    a, b = Client(None, path), Client(None, path)
+    for i in range(1, 21):
+        assert a.add(3, 1) == i
+        assert b.get(3) == i
+    a.close()
+    b.close()
+    srv.kill()
+    assert stat.S_ISSOCK(os.lstat(path).st_mode)  # left behind by the kill
+    srv = Server(pool, "sim", threads=1, extra=["--unix", path]).start()
+    assert srv.status == "RECOVERED"
+    c = Client(None, path)
+    assert c.get(3) == 20
+    c.close()
+    out = srv.stop()
+    assert "held=" in out and not os.path.exists(path), out
+    with open(path, "w") as f:
+        f.write("not a socket")
+    p = subprocess.run([BINARY, "--pool", pool, "--mode", "sim", "--unix", path],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0 and "not a socket" in p.stderr, (p.returncode, p.stderr)
+    with open(path) as f:
+        assert f.read() == "not a socket"
+    os.unlink(path)
 
 
 def test_port_in_use(pool):
