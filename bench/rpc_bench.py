@@ -8,7 +8,8 @@ add_bench against it (closed loop, one request in flight per connection).
 Modes: none (durability off), emulated (pool on /dev/shm), fs (pool in
 --fs-dir), fs-inline (fs with MANGO_PIPELINE=0: each batch synced under the
 write lock), fs-unkeyed (fs with add_server --unkeyed-reads: GETs do not name
-their counter, so each waits for every ADD in flight). The server gets one
+their counter, so each waits for every ADD in flight), fs-unix (fs over a
+Unix-domain socket instead of TCP loopback: add_server --unix). The server gets one
 worker per CPU (--threads = os.cpu_count()) unless --server-threads says
 otherwise (a number, or clients for one worker per connection):
 a worker holds responses while their commands become durable, so it need not
@@ -33,7 +34,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
-MODES = ("none", "emulated", "fs", "fs-inline", "fs-unkeyed")
+MODES = ("none", "emulated", "fs", "fs-inline", "fs-unkeyed", "fs-unix")
 
 
 def find(name, given):
@@ -79,6 +80,9 @@ def run_one(args, mode, clients, upd):
         env["MANGO_PIPELINE"] = "0"
     threads = server_threads(args.server_threads, clients)
     extra = ["--unkeyed-reads"] if mode == "fs-unkeyed" else []
+    unix_path = os.path.join(d, "sock") if mode == "fs-unix" else None
+    if unix_path:
+        extra += ["--unix", unix_path]
     srv = subprocess.Popen([args.server, "--pool", os.path.join(d, "pool"),
                             "--mode", mode.split("-")[0], "--threads", str(threads)] + extra,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -86,8 +90,8 @@ def run_one(args, mode, clients, upd):
         line = srv.stdout.readline()
         if not line.startswith("add_server: listening on"):
             raise RuntimeError("add_server did not start: %s%s" % (line, srv.stderr.read()))
-        port = line.split()[3].rsplit(":", 1)[1]
-        p = subprocess.run([args.bench, "--port", port, "--clients", str(clients), "--seconds",
+        where = ["--unix", unix_path] if unix_path else ["--port", line.split()[3].rsplit(":", 1)[1]]
+        p = subprocess.run([args.bench] + where + ["--clients", str(clients), "--seconds",
                             "%g" % args.seconds, "--update-pct", str(upd)],
                            capture_output=True, text=True, timeout=args.seconds * 5 + 30)
         if p.returncode != 0:
