@@ -198,6 +198,7 @@ class Server:
     def __init__(self, args, system, workdir, tag, pool_size=None):
         self.args, self.system = args, system
         self.port = free_port()
+        self.sock = None  # --transport unix: the clients' Unix-domain socket
         self.dir = os.path.join(workdir, "%s-%s" % (system, tag))
         fsdir = os.path.join(args.fs_dir, "mango-redis-bench-%d" % os.getpid())
         shmdir = os.path.join(args.shm_dir, "mango-redis-bench-%d" % os.getpid())
@@ -256,6 +257,9 @@ class Server:
         cmd = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                "--daemonize", "no", "--dir", self.dir,
                "--logfile", os.path.join(self.dir, logname)] + (extra if extra is not None else self.extra)
+        if getattr(self.args, "transport", "tcp") == "unix":
+            self.sock = os.path.join(self.dir, "redis.sock")
+            cmd += ["--unixsocket", self.sock, "--unixsocketperm", "700"]
         t0 = self.t0 = time.monotonic()
         errpath = os.path.join(self.dir, logname + ".stderr")
         with open(errpath, "wb") as err:
@@ -296,8 +300,9 @@ def remove_pool_dirs(args):
         shutil.rmtree(os.path.join(base, "mango-redis-bench-%d" % os.getpid()), ignore_errors=True)
 
 
-def run_ycsb(args, phase, port, clients, extra, timeout):
-    cmd = [args.ycsb, phase, "-p", str(port), "-r", str(args.records_for_phase),
+def run_ycsb(args, phase, port, clients, extra, timeout, sock=None):
+    where = ["--socket", sock] if sock else ["-p", str(port)]
+    cmd = [args.ycsb, phase] + where + ["-r", str(args.records_for_phase),
            "-c", str(clients), "-t", str(min(args.ycsb_threads, clients)),
            "--progress", "0"] + extra
     t0 = time.monotonic()
@@ -355,13 +360,13 @@ def one_run(args, workdir, system, clients, mix, tag):
     try:
         srv.start()
         args.records_for_phase = args.records
-        load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=3600)
+        load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=3600, sock=srv.sock)
         if int(load.get("errors", 1)) or load["exit"]:
             raise RuntimeError("%s: load had errors: %s" % (system, load))
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
         res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
-                       timeout=args.seconds * 5 + 120)
+                       timeout=args.seconds * 5 + 120, sock=srv.sock)
         idle, steal = cpu_share(t0, cpu_times())
         status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
         return dict(status=status, ops=res["ops"], seconds=res["seconds"],
@@ -941,6 +946,9 @@ def main():
     p.add_argument("--repeat", type=int, default=1)
     p.add_argument("--ycsb-threads", type=int, default=2)
     p.add_argument("--fs-dir", default="/var/tmp", help="disk directory for the fs pool and AOFs")
+    p.add_argument("--transport", choices=("tcp", "unix"), default="tcp",
+                   help="how ycsb_redis reaches the servers: TCP loopback (default) or a "
+                        "Unix-domain socket (--unixsocket); the recovery benchmark always uses TCP")
     p.add_argument("--pin", type=pin_spec, default=None, metavar="SERVER:CLIENT",
                    help="pin servers and ycsb_redis to these CPU lists (e.g. 1:0); default: unpinned")
     p.add_argument("--shm-dir", default="/dev/shm")
