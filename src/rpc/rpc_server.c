@@ -138,6 +138,18 @@ struct rpc_server {
 
 /* ---- connections (worker thread only) --------------------------------- */
 
+/* Takes c off the worker's list of connections with held responses. */
+static void held_list_remove(worker *w, conn *c)
+{
+    if (c->hprev)
+        c->hprev->hnext = c->hnext;
+    else
+        w->held_conns = c->hnext;
+    if (c->hnext)
+        c->hnext->hprev = c->hprev;
+    c->in_held_list = false;
+}
+
 static void conn_close(worker *w, conn *c)
 {
     epoll_ctl(w->epfd, EPOLL_CTL_DEL, c->fd, NULL);
@@ -153,14 +165,8 @@ static void conn_close(worker *w, conn *c)
     w->n_conns--;
     if (c->watching == W_WRITE)
         w->n_blocked--;
-    if (c->in_held_list) {
-        if (c->hprev)
-            c->hprev->hnext = c->hnext;
-        else
-            w->held_conns = c->hnext;
-        if (c->hnext)
-            c->hnext->hprev = c->hprev;
-    }
+    if (c->in_held_list)
+        held_list_remove(w, c);
     free(c->buf);
     free(c->out);
     free(c->held);
@@ -430,13 +436,7 @@ static void release_held(worker *w)
         }
         if (!c->n_held) {
             c->held_head = 0;
-            if (c->hprev)
-                c->hprev->hnext = c->hnext;
-            else
-                w->held_conns = c->hnext;
-            if (c->hnext)
-                c->hnext->hprev = c->hprev;
-            c->in_held_list = false;
+            held_list_remove(w, c);
         }
         if (c->out_ready != before && !settle(w, c))
             conn_close(w, c);
