@@ -94,7 +94,7 @@ MIX_UPDATE_PCT = {"A": 50, "B": 5, "C": 0, "F": None}  # F: 50% RMW
 CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status",
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
-              "client_wait_pct", "client_cpu_us_per_op", "wall_s"]
+              "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us", "wall_s"]
 
 
 def log(*a):
@@ -376,7 +376,8 @@ def one_run(args, workdir, system, clients, mix, tag):
                     load_seconds=float(load["seconds"]), load_ops_per_sec=float(load["ops_per_sec"]),
                     cpu_idle_pct="%.1f" % idle, cpu_steal_pct="%.1f" % steal,
                     client_wait_pct=res.get("client_wait_pct", ""),
-                    client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""))
+                    client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""),
+                    read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""))
     finally:
         srv.close()
 
@@ -384,7 +385,7 @@ def one_run(args, workdir, system, clients, mix, tag):
 # ---------------------------------------------------------------- reporting
 
 def med(rows, key):
-    v = [float(r[key]) for r in rows if r.get("status") == "ok"]
+    v = [float(r[key]) for r in rows if r.get("status") == "ok" and r.get(key) not in (None, "")]
     return statistics.median(v) if v else float("nan")
 
 
@@ -526,6 +527,19 @@ def write_md(args, rows, path, meta, recovery_rows):
                                           cell_value(rows, "stock-aof-always", c, m, "p99_us")) +
                                 fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", c, m, "p99_us")))
                 out.append("| %s | %s |" % (m, " | ".join(vals)))
+            out.append("")
+        # Which operations make the p99: under AOF-always every reply of a pass waits for the same
+        # fsync; in fs mode reads leave at once and updates wait for their sync (docs/redis.md).
+        split = [m for m in mixes if any(cell_value(rows, sy, c, m, "update_p99_us") == cell_value(
+            rows, sy, c, m, "update_p99_us") for sy in systems)]
+        if split:
+            out.append("p99 by operation (µs; median over the repetitions), read / update:\n")
+            out.append("| mix | " + " | ".join(systems) + " |")
+            out.append("|---|" + "---|" * len(systems))
+            for m in split:
+                out.append("| %s | %s |" % (m, " | ".join(
+                    "%s / %s" % (fmt_us(cell_value(rows, sy, c, m, "read_p99_us")),
+                                 fmt_us(cell_value(rows, sy, c, m, "update_p99_us"))) for sy in systems)))
             out.append("")
 
     out.append("## Goals (issue #5)\n")
