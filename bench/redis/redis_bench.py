@@ -337,22 +337,34 @@ def cpu_share(before, after):
 
 
 def disk_probe(args):
-    """One second of 8 KiB O_DSYNC writes in --fs-dir from one writer:
-    {"syncs_per_s": N, "mean_us": M}, or None (no probe binary, or it failed)."""
+    """One second of 8 KiB O_DSYNC writes in --fs-dir from one writer, with the CPUs idle and
+    then with two busy spinner threads: {"syncs_per_s": N, "mean_us": M, "p99_us": P,
+    "busy": {the same keys}}, or None (no probe binary, or it failed). The busy half shows how
+    the sync tail grows when the vCPUs do not idle (docs/redis.md, "The sync tail on a busy VM")."""
     if not args.dsync_probe or not os.access(args.dsync_probe, os.X_OK):
         return None
     try:
-        out = subprocess.run([args.dsync_probe, "--dir", args.fs_dir, "--writers", "1", "--spinners", "0",
+        out = subprocess.run([args.dsync_probe, "--dir", args.fs_dir, "--writers", "1", "--spinners", "0,2",
                               "--seconds", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as e:
         log("disk probe failed: %s" % e)
         return None
-    kv = dict(t.split("=", 1) for t in out.stdout.split() if "=" in t)
-    if out.returncode != 0 or "syncs_per_s" not in kv or "mean_us" not in kv:
+    lines = [dict(t.split("=", 1) for t in line.split() if "=" in t) for line in out.stdout.splitlines()]
+    lines = [kv for kv in lines if "syncs_per_s" in kv and "mean_us" in kv]
+    if out.returncode != 0 or not lines:
         log("disk probe failed (exit %d): %s" % (out.returncode, (out.stderr or out.stdout).strip()[:200]))
         return None
-    return {"syncs_per_s": int(kv["syncs_per_s"]), "mean_us": int(kv["mean_us"])}
+
+    def one(kv):
+        d = {"syncs_per_s": int(kv["syncs_per_s"]), "mean_us": int(kv["mean_us"])}
+        if "p99_us" in kv:
+            d["p99_us"] = int(kv["p99_us"])
+        return d
+    res = one(lines[0])
+    if len(lines) > 1:
+        res["busy"] = one(lines[1])
+    return res
 
 
 def one_run(args, workdir, system, clients, mix, tag):
@@ -453,7 +465,14 @@ def write_md(args, rows, path, meta, recovery_rows):
     probe = meta.get("disk_probe") or {}
     if probe.get("before") or probe.get("after"):
         def fmt_probe(d):
-            return "%d syncs/s (%d µs each)" % (d["syncs_per_s"], d["mean_us"]) if d else "not measured"
+            if not d:
+                return "not measured"
+            text = "%d syncs/s (%d µs each%s)" % (d["syncs_per_s"], d["mean_us"],
+                                                   ", p99 %d µs" % d["p99_us"] if "p99_us" in d else "")
+            if d.get("busy"):
+                b = d["busy"]
+                text += " idle, %d syncs/s (p99 %d µs) with two busy threads" % (b["syncs_per_s"], b.get("p99_us", -1))
+            return text
         out.append("- the disk's sync speed (8 KiB `O_DSYNC` writes in `%s`, one writer, 1 s, "
                    "`dsync_writers`): before the runs %s, after them %s. AOF-always waits for one such "
                    "sync per event-loop pass, so its throughput follows this speed, which on a VM varies "
