@@ -68,6 +68,7 @@ static struct config {
     uint64_t insertstart;
     uint64_t operationcount; /* 0 = unlimited (then seconds > 0) */
     double seconds;          /* 0 = unlimited */
+    double target;           /* run: total ops/s to pace at (YCSB -target); 0 = as fast as possible */
     enum dist dist;
     bool read_one;
     bool write_all;
@@ -434,7 +435,8 @@ static int setup_conn(char *err, size_t errlen)
 /* ------------------------------------------------------------------------ */
 /* Workers                                                                    */
 
-enum cstate { C_IDLE, C_BUSY, C_DONE, C_DEAD };
+/* C_WAIT: paced (--target), idle until its next operation's intended start. */
+enum cstate { C_IDLE, C_BUSY, C_WAIT, C_DONE, C_DEAD };
 
 typedef struct conn {
     int fd;
@@ -449,6 +451,8 @@ typedef struct conn {
     char keystr[32];
     int keylen;
     uint64_t t_start, t_sent;
+    uint64_t t_intended; /* --target: when its next operation is due */
+    uint64_t t_due;      /* --target: when the current operation was due */
 } conn_t;
 
 typedef struct worker {
@@ -460,6 +464,7 @@ typedef struct worker {
     uint32_t *watching;      /* per connection: EPOLLIN, EPOLLOUT or 0 */
     rng_t rng;
     hist_t hist[OP_N];
+    hist_t intended; /* --target: every operation, from its intended start */
     uint64_t errors[OP_N];
     uint64_t notfound, check_failures, io_errors, timeouts;
     uint64_t t_end;
@@ -477,6 +482,11 @@ static enum phase g_cur_phase;        /* PH_LOAD or PH_RUN while running */
 static _Atomic uint64_t g_next_insert; /* next record to load */
 static _Atomic uint64_t g_ops_claimed;
 static uint64_t g_deadline;            /* 0 = none */
+static uint64_t g_pace_interval_ns;    /* --target, run phase: between one connection's operations */
+/* A paced connection starts an operation due within this much: one wake-up
+ * serves the operations due close together, which keeps the generator's own
+ * CPU per operation near the unpaced one. */
+#define PACE_SLACK_NS 50000ull
 static volatile sig_atomic_t g_stop;
 static _Atomic int g_msgs;             /* error messages printed */
 static char g_field_names[MAX_FIELDS][16];
@@ -587,6 +597,7 @@ static void conn_start(worker_t *w, conn_t *c, uint64_t t)
         build_write(c, &w->rng, true, 0);
     } else {
         if (g_deadline && t >= g_deadline) { c->state = C_DONE; return; }
+        if (g_pace_interval_ns && t + PACE_SLACK_NS < c->t_intended) { c->state = C_WAIT; return; }
         if (cfg.operationcount &&
             atomic_fetch_add_explicit(&g_ops_claimed, 1, memory_order_relaxed) >= cfg.operationcount) {
             c->state = C_DONE;
@@ -604,6 +615,10 @@ static void conn_start(worker_t *w, conn_t *c, uint64_t t)
             build_read(c, &w->rng);
     }
     c->t_start = t;
+    if (g_cur_phase == PH_RUN && g_pace_interval_ns) {
+        c->t_due = c->t_intended;
+        c->t_intended += g_pace_interval_ns;
+    }
     conn_send(w, c, t);
 }
 
@@ -611,6 +626,8 @@ static void op_done(worker_t *w, conn_t *c, bool ok, uint64_t t)
 {
     if (ok) {
         hist_record(&w->hist[c->op], t - c->t_start);
+        if (g_cur_phase == PH_RUN && g_pace_interval_ns)
+            hist_record(&w->intended, t > c->t_due ? t - c->t_due : 0);
         atomic_store_explicit(&w->done_ops, atomic_load_explicit(&w->done_ops, memory_order_relaxed) + 1,
                               memory_order_relaxed);
     } else {
@@ -759,10 +776,15 @@ static void *worker_main(void *arg)
     uint64_t next_timeout_check = t + 10000000ull;
     for (;;) {
         int busy = 0;
+        uint64_t next_due = UINT64_MAX; /* the earliest paced connection's intended start */
         for (int i = 0; i < w->nconns; i++) {
             conn_t *c = &w->conns[i];
             uint32_t want = c->state != C_BUSY ? 0 : c->outoff < c->out.len ? EPOLLOUT : EPOLLIN;
             busy += want != 0;
+            if (c->state == C_WAIT) {
+                busy++;
+                if (c->t_intended < next_due) next_due = c->t_intended;
+            }
             if (want == w->watching[i] || c->state == C_DEAD) continue;
             struct epoll_event ev = {.events = want, .data.u32 = (uint32_t)i};
             int op = !w->watching[i] ? EPOLL_CTL_ADD : !want ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
@@ -771,8 +793,13 @@ static void *worker_main(void *arg)
         }
         if (busy == 0) break;
         struct epoll_event evs[64];
-        int pr = epoll_wait(w->epfd, evs, 64, 100);
-        if (pr < 0 && errno != EINTR) die(3, "epoll_wait: %s", strerror(errno));
+        struct timespec wait = {0, 100000000}; /* 100 ms: time-outs and the deadline are checked */
+        if (next_due != UINT64_MAX) {
+            uint64_t now = now_ns(), d = next_due > now ? next_due - now : 0;
+            if (d < 100000000ull) wait.tv_nsec = (long)d;
+        }
+        int pr = epoll_pwait2(w->epfd, evs, 64, &wait, NULL);
+        if (pr < 0 && errno != EINTR) die(3, "epoll_pwait2: %s", strerror(errno));
         for (int k = 0; k < pr; k++) {
             uint32_t re = evs[k].events;
             conn_t *c = &w->conns[evs[k].data.u32];
@@ -785,6 +812,10 @@ static void *worker_main(void *arg)
             }
         }
         t = now_ns();
+        if (next_due <= t)
+            for (int i = 0; i < w->nconns; i++)
+                if (w->conns[i].state == C_WAIT && w->conns[i].t_intended <= t + PACE_SLACK_NS)
+                    conn_start(w, &w->conns[i], t);
         if (t < next_timeout_check) continue;
         next_timeout_check = t + 10000000ull;
         for (int i = 0; i < w->nconns; i++) {
@@ -816,6 +847,7 @@ static void on_signal(int sig) { (void)sig; g_stop = 1; }
 
 typedef struct {
     hist_t hist[OP_N], total;
+    hist_t intended; /* --target: every operation, from its intended start */
     uint64_t errors[OP_N], errors_total, notfound, check_failures, timeouts;
     uint64_t ops;
     double seconds;
@@ -850,6 +882,8 @@ static void print_phase(const char *phase, const result_t *res)
         fprintf(g_out, " distribution=%s read=%s update=%s mix=read:%.0f%%,update:%.0f%%,rmw:%.0f%%", dist,
                cfg.read_one ? "hget-one" : "hgetall", cfg.write_all ? "hset-all" : "hset-one", cfg.p_read * 100,
                cfg.p_update * 100, cfg.p_rmw * 100);
+    if (!is_load && cfg.target > 0)
+        fprintf(g_out, " target=%.1fops/s", cfg.target);
     fprintf(g_out, " check=%s\n", cfg.check ? "on" : "off");
     fprintf(g_out, "%-18s %10s %11s %9s %9s %9s %9s %9s %9s %8s\n", "op", "count", "ops/s", "mean_us", "p50_us", "p95_us",
            "p99_us", "p99.9_us", "max_us", "errors");
@@ -888,6 +922,9 @@ static void print_phase(const char *phase, const result_t *res)
                    hist_pct_us(&res->hist[o], 99));
     if (have_sched)
         fprintf(g_out, " client_wait_pct=%.2f client_cpu_us_per_op=%.2f", wait_pct, cpu_us_op);
+    if (!is_load && cfg.target > 0)
+        fprintf(g_out, " target_ops_per_sec=%.1f intended_p99_us=%.1f intended_p999_us=%.1f", cfg.target,
+                hist_pct_us(&res->intended, 99), hist_pct_us(&res->intended, 99.9));
     fprintf(g_out, "\n");
     fflush(g_out);
 }
@@ -920,6 +957,9 @@ static void json_phase(FILE *f, const char *phase, const result_t *res, bool fir
     double wait_pct, cpu_us_op;
     if (client_sched(res, &wait_pct, &cpu_us_op))
         fprintf(f, ",\"client_wait_pct\":%.3f,\"client_cpu_us_per_op\":%.3f", wait_pct, cpu_us_op);
+    if (!is_load && cfg.target > 0)
+        fprintf(f, ",\"target_ops_per_sec\":%.3f,\"intended_p99_us\":%.3f,\"intended_p999_us\":%.3f", cfg.target,
+                hist_pct_us(&res->intended, 99), hist_pct_us(&res->intended, 99.9));
     fprintf(f, "}");
 }
 
@@ -954,9 +994,15 @@ static int run_phase(enum phase ph, result_t *res)
         if (w->epfd < 0) die(3, "epoll_create1: %s", strerror(errno));
         rng_seed(&w->rng, cfg.seed ^ (0x9E3779B97F4A7C15ull * (uint64_t)(i + 1 + (ph == PH_LOAD ? 1000 : 0))));
         for (int o = 0; o < OP_N; o++) hist_init(&w->hist[o]);
+        hist_init(&w->intended);
     }
     uint64_t t0 = now_ns();
     g_deadline = ph == PH_RUN && cfg.seconds > 0 ? t0 + (uint64_t)(cfg.seconds * 1e9) : 0;
+    /* --target: each connection does target/clients ops/s, their starts
+     * spread evenly over one interval. */
+    g_pace_interval_ns = ph == PH_RUN && cfg.target > 0 ? (uint64_t)(1e9 * cfg.clients / cfg.target) : 0;
+    for (int i = 0; i < cfg.clients; i++)
+        conns[i].t_intended = t0 + (g_pace_interval_ns ? g_pace_interval_ns * (uint64_t)i / (uint64_t)cfg.clients : 0);
     for (int i = 0; i < nt; i++) {
         int rc = pthread_create(&ws[i].tid, NULL, worker_main, &ws[i]);
         if (rc) die(3, "pthread_create: %s", strerror(rc));
@@ -995,6 +1041,7 @@ static int run_phase(enum phase ph, result_t *res)
         if (!w->sched_ok) res->sched_ok = false;
     }
     hist_init(&res->total);
+    hist_init(&res->intended);
     for (int o = 0; o < OP_N; o++) hist_init(&res->hist[o]);
     int dead = 0;
     for (int i = 0; i < nt; i++) {
@@ -1006,6 +1053,8 @@ static int run_phase(enum phase ph, result_t *res)
             res->errors_total += w->errors[o];
             hist_free(&w->hist[o]);
         }
+        hist_merge(&res->intended, &w->intended);
+        hist_free(&w->intended);
         res->notfound += w->notfound;
         res->check_failures += w->check_failures;
         res->client_cpu_ns += w->sched_cpu_ns;
@@ -1034,6 +1083,7 @@ static void free_result(result_t *r)
 {
     for (int o = 0; o < OP_N; o++) hist_free(&r->hist[o]);
     hist_free(&r->total);
+    hist_free(&r->intended);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1097,6 +1147,18 @@ static void help(void)
 "    -n, --operationcount N run: stop after N operations (default 1000 if\n"
 "                           --seconds is not given, else unlimited)\n"
 "    -s, --seconds S        run: stop after S seconds (may be fractional)\n"
+"    --target OPS           run: pace the clients at OPS operations per second\n"
+"                           in all (YCSB's -target): each connection starts\n"
+"                           an operation every clients/OPS seconds, never\n"
+"                           more than one at a time (one that falls behind\n"
+"                           starts its next operations at once). Latencies\n"
+"                           count from sending, as without --target (YCSB's\n"
+"                           measurement.interval=op); the keys\n"
+"                           intended_p99_us and intended_p999_us count from\n"
+"                           each operation's intended start instead, so a\n"
+"                           stall that delays later operations shows in\n"
+"                           theirs too (measurement.interval=intended), and\n"
+"                           so does the generator's own lateness.\n"
 "    --distribution D       zipfian (default) or uniform\n"
 "    --read-one             reads are HGET of one random field\n"
 "    --write-all            updates write all fields\n"
@@ -1182,7 +1244,7 @@ static void parse_args(int argc, char **argv)
 {
     enum {
         O_HOST = 256, O_SOCKET, O_AUTH, O_UPDPCT, O_INSSTART, O_DIST, O_READONE, O_WRITEALL, O_FCOUNT, O_FLEN,
-        O_ORDER, O_FLUSH, O_CHECK, O_SEED, O_PROGRESS, O_TIMEOUT, O_JSON, O_HELP
+        O_ORDER, O_FLUSH, O_CHECK, O_SEED, O_PROGRESS, O_TIMEOUT, O_JSON, O_TARGET, O_HELP
     };
     static const struct option lo[] = {
         {"host", required_argument, 0, O_HOST},         {"port", required_argument, 0, 'p'},
@@ -1197,6 +1259,7 @@ static void parse_args(int argc, char **argv)
         {"flush", no_argument, 0, O_FLUSH},             {"check", no_argument, 0, O_CHECK},
         {"seed", required_argument, 0, O_SEED},         {"progress", required_argument, 0, O_PROGRESS},
         {"timeout", required_argument, 0, O_TIMEOUT},   {"json", required_argument, 0, O_JSON},
+        {"target", required_argument, 0, O_TARGET},
         {"help", no_argument, 0, O_HELP},               {0, 0, 0, 0},
     };
     for (int i = 1; i < argc; i++)
@@ -1255,6 +1318,7 @@ static void parse_args(int argc, char **argv)
         case O_SEED: cfg.seed = arg_u64("--seed", optarg, 0, UINT64_MAX); have_seed = true; break;
         case O_PROGRESS: cfg.progress = arg_double("--progress", optarg, 0, 1e6); break;
         case O_TIMEOUT: cfg.timeout = arg_double("--timeout", optarg, 0.01, 1e6); break;
+        case O_TARGET: cfg.target = arg_double("--target", optarg, 1, 1e9); break;
         case O_JSON: cfg.json = optarg; break;
         case ':': usage_short(); die(64, "option %s needs a value", argv[optind - 1]);
         default: usage_short(); die(64, "unknown option %s", argv[optind - 1]);
