@@ -648,6 +648,7 @@ def plot(rows, outdir):
              "durable-fs-inline": ("tab:brown", "P", "-"), "durable-fs-nogather": ("tab:olive", "X", "-"),
              "durable-fs-blocks": ("tab:cyan", "*", "-"),
              "durable-fs-always-pipelined": ("tab:pink", "h", "-"),
+             "durable-fs-paced": ("tab:gray", "d", "-."),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
@@ -660,7 +661,7 @@ def plot(rows, outdir):
                     v = cell_value(rows, s, c, m)
                     if v == v:
                         xs.append(mix_update_pct(m)); ys.append(v / 1000)
-                col, mk, ls = style[s]
+                col, mk, ls = style.get(s, ("tab:gray", "o", "-"))
                 ax.plot(xs, ys, marker=mk, linestyle=ls, color=col, label=s)
             ax.set_title("%d client%s" % (c, "" if c == 1 else "s"))
             ax.set_xlabel("update ratio (%)")
@@ -671,15 +672,16 @@ def plot(rows, outdir):
                 ax.set_ylim(bottom=0)
             ax.grid(alpha=0.3)
         axes[0][0].legend(fontsize=7)
-        fig.suptitle("YCSB on Redis 7.0.15: throughput vs update ratio (Zipfian 0.99)%s" % (
-            ", log scale" if logy else ""))
+        # one panel is too narrow for the title on one line
+        fig.suptitle("YCSB on Redis 7.0.15:%sthroughput vs update ratio (Zipfian 0.99)%s" % (
+            "\n" if len(clients_l) == 1 else " ", ", log scale" if logy else ""))
         fig.tight_layout()
         fig.savefig(os.path.join(outdir, "fig5_update_ratio%s.png" % ("_log" if logy else "")), dpi=110)
         plt.close(fig)
     if "A" in mixes and len(clients_l) >= 1:
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8))
         for s in systems:
-            col, mk, ls = style[s]
+            col, mk, ls = style.get(s, ("tab:gray", "o", "-"))
             axes[0].plot(clients_l, [cell_value(rows, s, c, "A") / 1000 for c in clients_l],
                          marker=mk, linestyle=ls, color=col, label=s)
             axes[1].plot(clients_l, [cell_value(rows, s, c, "A", "p99_us") for c in clients_l],
