@@ -60,20 +60,29 @@ rc=$?
 cat "$tmp/load.out"
 if [ $rc -ne 0 ]; then echo "FAIL: load exited with $rc"; exit 1; fi
 
-"$ycsb" run --port "$port" -r 1000 -w A -c 8 -s 2 --check --progress 1 >"$tmp/run.out"
-rc=$?
-cat "$tmp/run.out"
-if [ $rc -ne 0 ]; then echo "FAIL: run exited with $rc"; exit 1; fi
+# run_a NAME ARGS...: workload A with 8 clients into $tmp/NAME.out, shown; a
+# failed run fails the test. Then result NAME is its key=value line, and
+# key LINE KEY the value of KEY= in it.
+run_a() {
+  local name=$1; shift
+  "$ycsb" run --port "$port" -r 1000 -w A -c 8 "$@" >"$tmp/$name.out"
+  local rc=$?
+  cat "$tmp/$name.out"
+  if [ $rc -ne 0 ]; then echo "FAIL: $name exited with $rc"; exit 1; fi
+}
+result() { grep '^workload=' "$tmp/$1.out" | tail -n 1; }
+key() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p"; }
 
-line=$(grep '^workload=' "$tmp/run.out" | tail -n 1)
-ops=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
-errs=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^errors=//p')
+run_a run -s 2 --check --progress 1
+line=$(result run)
+ops=$(key "$line" ops_per_sec)
+errs=$(key "$line" errors)
 if [ -z "$ops" ] || [ -z "$errs" ]; then echo "FAIL: no key=value result line"; exit 1; fi
 if ! awk -v v="$ops" 'BEGIN { exit !(v > 0) }'; then echo "FAIL: ops_per_sec=$ops"; exit 1; fi
 if [ "$errs" != 0 ]; then echo "FAIL: errors=$errs"; exit 1; fi
 # The generator's own scheduling (Linux: /proc/thread-self/schedstat).
-wait_pct=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^client_wait_pct=//p')
-cpu_op=$(printf '%s\n' "$line" | tr ' ' '\n' | sed -n 's/^client_cpu_us_per_op=//p')
+wait_pct=$(key "$line" client_wait_pct)
+cpu_op=$(key "$line" client_cpu_us_per_op)
 if [ -r /proc/thread-self/schedstat ]; then
   if [ -z "$wait_pct" ] || [ -z "$cpu_op" ]; then echo "FAIL: no client_wait_pct / client_cpu_us_per_op"; exit 1; fi
   if ! awk -v w="$wait_pct" -v c="$cpu_op" 'BEGIN { exit !(w >= 0 && w <= 100 && c > 0 && c < 10000) }'; then
@@ -84,14 +93,11 @@ fi
 # run must reach it to within 5 % and no faster, and report the intended-start
 # p99, which cannot be below the p99 from sending (less the 50 us an operation
 # may start early).
-"$ycsb" run --port "$port" -r 1000 -w A -c 8 -s 1.5 --target 2000 --progress 0 >"$tmp/paced.out"
-rc=$?
-cat "$tmp/paced.out"
-if [ $rc -ne 0 ]; then echo "FAIL: paced run exited with $rc"; exit 1; fi
-pline=$(grep '^workload=' "$tmp/paced.out" | tail -n 1)
-pops=$(printf '%s\n' "$pline" | tr ' ' '\n' | sed -n 's/^ops_per_sec=//p')
-pint=$(printf '%s\n' "$pline" | tr ' ' '\n' | sed -n 's/^intended_p99_us=//p')
-pp99=$(printf '%s\n' "$pline" | tr ' ' '\n' | sed -n 's/^p99_us=//p')
+run_a paced -s 1.5 --target 2000 --progress 0
+pline=$(result paced)
+pops=$(key "$pline" ops_per_sec)
+pint=$(key "$pline" intended_p99_us)
+pp99=$(key "$pline" p99_us)
 if ! awk -v v="$pops" 'BEGIN { exit !(v >= 1900 && v <= 2100) }'; then echo "FAIL: paced at 2000 ops/s, got $pops"; exit 1; fi
 if [ -z "$pint" ] || ! awk -v i="$pint" -v p="$pp99" 'BEGIN { exit !(i > 0 && i + 60 >= p) }'; then
   echo "FAIL: paced run: intended_p99_us=$pint p99_us=$pp99"; exit 1
