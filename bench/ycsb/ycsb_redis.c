@@ -779,8 +779,12 @@ static void *worker_main(void *arg)
         uint64_t next_due = UINT64_MAX; /* the earliest paced connection's intended start */
         for (int i = 0; i < w->nconns; i++) {
             conn_t *c = &w->conns[i];
-            uint32_t want = c->state != C_BUSY ? 0 : c->outoff < c->out.len ? EPOLLOUT : EPOLLIN;
-            busy += want != 0;
+            /* A paced connection waiting for its next start stays watched for
+             * input: no epoll_ctl per operation, and data or a close from
+             * the server while it waits is seen (and drops it). */
+            uint32_t want = c->state == C_WAIT ? EPOLLIN
+                          : c->state != C_BUSY ? 0 : c->outoff < c->out.len ? EPOLLOUT : EPOLLIN;
+            busy += c->state == C_BUSY;
             if (c->state == C_WAIT) {
                 busy++;
                 if (c->t_intended < next_due) next_due = c->t_intended;
@@ -803,6 +807,10 @@ static void *worker_main(void *arg)
         for (int k = 0; k < pr; k++) {
             uint32_t re = evs[k].events;
             conn_t *c = &w->conns[evs[k].data.u32];
+            if (c->state == C_WAIT) {
+                if (re & (EPOLLIN | EPOLLERR | EPOLLHUP)) conn_on_input(w, c); /* unexpected: dropped */
+                continue;
+            }
             if (c->state != C_BUSY) continue;
             if (c->outoff < c->out.len) {
                 if (re & (EPOLLOUT | EPOLLERR | EPOLLHUP))
