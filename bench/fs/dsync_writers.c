@@ -8,7 +8,7 @@
  * does); spinner threads at normal priority stand in for a busy server.
  *
  * It also answers a second question (docs/redis.md, "The sync tail on a busy
- * machine"): how the tail of one sync's latency grows when the CPUs are
+ * VM"): how the tail of one sync's latency grows when the CPUs are
  * busy, and whether the writer's priority (--writer-nice) protects it. Every
  * write's latency goes into a histogram of 1 us buckets (up to 100 ms; slower
  * writes count in the last bucket), from which the p50/p99/p99.9 are read.

@@ -799,7 +799,8 @@ static void *worker_main(void *arg)
         struct epoll_event evs[64];
         struct timespec wait = {0, 100000000}; /* 100 ms: time-outs and the deadline are checked */
         if (next_due != UINT64_MAX) {
-            uint64_t now = now_ns(), d = next_due > now ? next_due - now : 0;
+            /* wake when the earliest start comes within the slack */
+            uint64_t now = now_ns(), d = next_due > now + PACE_SLACK_NS ? next_due - PACE_SLACK_NS - now : 0;
             if (d < 100000000ull) wait.tv_nsec = (long)d;
         }
         int pr = epoll_pwait2(w->epfd, evs, 64, &wait, NULL);
@@ -820,7 +821,7 @@ static void *worker_main(void *arg)
             }
         }
         t = now_ns();
-        if (next_due <= t)
+        if (next_due <= t + PACE_SLACK_NS)
             for (int i = 0; i < w->nconns; i++)
                 if (w->conns[i].state == C_WAIT && w->conns[i].t_intended <= t + PACE_SLACK_NS)
                     conn_start(w, &w->conns[i], t);
