@@ -226,7 +226,8 @@ def plot(args, rows):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        rb.log("matplotlib not found: no PNG")
+        rb.log("matplotlib not found for %s: no PNG (Debian's python3-matplotlib serves /usr/bin/python3)"
+               % sys.executable)
         return
     rps = medians(rows, "rps")
     tests, systems, ratios = layout(args, rows)

@@ -639,7 +639,8 @@ def plot(rows, outdir):
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        log("matplotlib not found: no PNGs")
+        log("matplotlib not found for %s: no PNGs (Debian's python3-matplotlib serves /usr/bin/python3; "
+            "run the script with that, or --replot with it later)" % sys.executable)
         return
     systems = [s for s in ALL_SYSTEMS if any(r["system"] == s for r in rows)]
     clients_l = sorted({int(r["clients"]) for r in rows})
