@@ -70,6 +70,7 @@ Exit status: 0 ok; 1 a run failed or had errors; 2 usage; 77 skipped.
 import argparse
 import csv
 import json
+import math
 import datetime
 import os
 import platform
@@ -472,11 +473,13 @@ def write_md(args, rows, path, meta, recovery_rows):
         def fmt_probe(d):
             if not d:
                 return "not measured"
-            text = "%d syncs/s (%d µs each%s)" % (d["syncs_per_s"], d["mean_us"],
-                                                   ", p99 %d µs" % d["p99_us"] if "p99_us" in d else "")
+            def p99(x):
+                return ", p99 %d µs" % x["p99_us"] if "p99_us" in x else ""
+            text = "%d syncs/s (%d µs each%s)" % (d["syncs_per_s"], d["mean_us"], p99(d))
             if d.get("busy"):
                 b = d["busy"]
-                text += " idle, %d syncs/s (p99 %d µs) with two busy threads" % (b["syncs_per_s"], b.get("p99_us", -1))
+                text += " idle, %d syncs/s (%d µs each%s) with two busy threads" % (
+                    b["syncs_per_s"], b["mean_us"], p99(b))
             return text
         out.append("- the disk's sync speed (8 KiB `O_DSYNC` writes in `%s`, one writer, 1 s, "
                    "`dsync_writers`): before the runs %s, after them %s. AOF-always waits for one such "
@@ -556,8 +559,8 @@ def write_md(args, rows, path, meta, recovery_rows):
             out.append("")
         # Which operations make the p99: under AOF-always every reply of a pass waits for the same
         # fsync; in fs mode reads leave at once and updates wait for their sync (docs/redis.md).
-        split = [m for m in mixes if any(cell_value(rows, sy, c, m, "update_p99_us") == cell_value(
-            rows, sy, c, m, "update_p99_us") for sy in systems)]
+        split = [m for m in mixes if any(not math.isnan(cell_value(rows, sy, c, m, "update_p99_us"))
+                                         for sy in systems)]
         if split:
             out.append("p99 by operation (µs; median over the repetitions), read / update:\n")
             out.append("| mix | " + " | ".join(systems) + " |")

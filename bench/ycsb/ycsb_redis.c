@@ -784,11 +784,8 @@ static void *worker_main(void *arg)
              * the server while it waits is seen (and drops it). */
             uint32_t want = c->state == C_WAIT ? EPOLLIN
                           : c->state != C_BUSY ? 0 : c->outoff < c->out.len ? EPOLLOUT : EPOLLIN;
-            busy += c->state == C_BUSY;
-            if (c->state == C_WAIT) {
-                busy++;
-                if (c->t_intended < next_due) next_due = c->t_intended;
-            }
+            busy += c->state == C_BUSY || c->state == C_WAIT;
+            if (c->state == C_WAIT && c->t_intended < next_due) next_due = c->t_intended;
             if (want == w->watching[i] || c->state == C_DEAD) continue;
             struct epoll_event ev = {.events = want, .data.u32 = (uint32_t)i};
             int op = !w->watching[i] ? EPOLL_CTL_ADD : !want ? EPOLL_CTL_DEL : EPOLL_CTL_MOD;
