@@ -1013,21 +1013,152 @@ static void recount_used_memory(void)
               (unsigned long long)s.heap_chunks, own, recorded);
 }
 
+/* ---- importing an RDB file into a new pool -------------------------------- *
+ * A new pool next to an RDB file (a dump.rdb from stock Redis, or from SAVE)
+ * imports it at the first start, before the first client: the way to move an
+ * existing dataset in. The keys are loaded by Redis's own rdbLoad() inside a
+ * write section, which is committed every time its batch holds a quarter of
+ * what a log frame can take (rdbLoadProgressCallback calls
+ * mangoLoadingProgress), so neither the dedup set nor a big-batch file grows
+ * with the file. The pool records the import's state durably:
+ *   - RUNNING, committed before the first key: a start that stops in the
+ *     middle (killed, out of memory, a damaged file) leaves a pool holding a
+ *     part of the file; every later start refuses it with a message, never
+ *     serves it as if it were the dataset;
+ *   - DONE, committed with the last key: the start then serves, and later
+ *     starts recover the pool and skip the file, as for any pool.
+ * A recovered pool never imports: its dataset may have changed since the
+ * file was written. */
+enum { IMPORT_NONE = 0, IMPORT_RUNNING = 1, IMPORT_DONE = 2 };
+#define IMPORT_CHECK_BYTES (256u << 10) /* look at the batch's size every 256 KiB of the file */
+#define IMPORT_REPORT_NS (5000000000ull)
+#define IMPORT_MIN_ROOM (8u << 20) /* stop with less room than this (or 1/32 of the heap) left */
+/* Durable: written in write sections. */
+static int durable_import_state;
+static long long durable_import_file_bytes;
+/* Transient. */
+static int importing;
+static size_t import_next_check;
+static uint64_t import_batches, import_t0, import_last_report;
+/* Test hook (redis/tests): MANGO_REDIS_TEST_IMPORT_KILL_AFTER=N sends the
+ * server SIGKILL right after the import's N-th intermediate batch, as a kill
+ * at that moment would. */
+static long test_import_kill_after = -1;
+
+void mangoLoadingProgress(size_t processed_bytes)
+{
+    if (!importing || processed_bytes < import_next_check) return;
+    import_next_check = processed_bytes + IMPORT_CHECK_BYTES;
+    /* Stop while the heap still has room: past it Redis would report a
+     * damaged file, then crash running its RDB check in a full heap. */
+    uint64_t allocated = 0, capacity = 0;
+    mango_heap_room(&allocated, &capacity);
+    uint64_t margin = capacity / 32 > IMPORT_MIN_ROOM ? capacity / 32 : IMPORT_MIN_ROOM;
+    if (allocated + margin > capacity) {
+        serverLog(LL_WARNING, "Mangosteen: importing %s: the pool's durable heap is full (%llu of %llu bytes in use) "
+                  "after %zu of %lld bytes of the file; the pool %s keeps the unfinished import and will refuse to "
+                  "start: remove it and make a larger one (mango-pool-size) to import the file",
+                  server.rdb_filename, (unsigned long long)allocated, (unsigned long long)capacity, processed_bytes,
+                  durable_import_file_bytes, mango_pool_path());
+        exit(1);
+    }
+    uint64_t used, cap;
+    mango_batch_room(&used, &cap);
+    if (used > cap / 4) {
+        /* The load may stop anywhere, even inside a key: nothing of this
+         * batch is served before the import's last batch marks it DONE. */
+        int rc = pipelined ? mango_batch_submit(NULL) : mango_batch_end();
+        if (rc != MANGO_OK) die("importing the RDB file: committing a batch", rc);
+        import_batches++;
+        if (test_import_kill_after >= 0 && import_batches >= (uint64_t)test_import_kill_after) {
+            uint64_t d = 0;
+            while (pipelined && mango_durable_ticket(&d) == MANGO_OK && d + 1 < mango_reply_ticket())
+                usleep(1000);
+            serverLog(LL_WARNING, "Mangosteen: TEST HOOK MANGO_REDIS_TEST_IMPORT_KILL_AFTER: SIGKILL after "
+                      "%llu batches of the import", (unsigned long long)import_batches);
+            raise(SIGKILL);
+        }
+        rc = mango_batch_begin();
+        if (rc != MANGO_OK) die("importing the RDB file: mango_batch_begin", rc);
+    }
+    uint64_t now = monotonic_ns();
+    if (now - import_last_report >= IMPORT_REPORT_NS) {
+        import_last_report = now;
+        serverLog(LL_NOTICE, "Mangosteen: importing %s: %zu of %lld bytes read (%.0f%%), %llu batches, %.1f s",
+                  server.rdb_filename, processed_bytes, durable_import_file_bytes,
+                  durable_import_file_bytes ? 100.0 * (double)processed_bytes / (double)durable_import_file_bytes : 100.0,
+                  (unsigned long long)import_batches, (double)(now - import_t0) / 1e9);
+    }
+}
+
+/* The new pool takes the RDB file's keys (see above); exits on failure. */
+static void import_rdb_file(const struct stat *st)
+{
+    uint64_t allocated = 0, capacity = 0;
+    mango_heap_room(&allocated, &capacity);
+    const char *hook = getenv("MANGO_REDIS_TEST_IMPORT_KILL_AFTER");
+    if (hook && *hook) test_import_kill_after = strtol(hook, NULL, 10);
+    serverLog(LL_NOTICE, "Mangosteen: the pool is new: importing %s (%lld bytes) into it before serving",
+              server.rdb_filename, (long long)st->st_size);
+    if ((uint64_t)st->st_size > capacity - allocated)
+        serverLog(LL_WARNING, "Mangosteen: %s (%lld bytes) is larger than the room left in the pool's durable heap "
+                  "(%llu bytes): its keys will probably not fit (the import then stops with out of memory). "
+                  "Make a larger pool with mango-pool-size", server.rdb_filename, (long long)st->st_size,
+                  (unsigned long long)(capacity - allocated));
+    mangoWriteBegin();
+    durable_import_state = IMPORT_RUNNING;
+    durable_import_file_bytes = (long long)st->st_size;
+    mangoWriteEnd();
+    commit_sync(); /* RUNNING is durable before any key is */
+    importing = 1;
+    import_t0 = import_last_report = monotonic_ns();
+    import_next_check = IMPORT_CHECK_BYTES;
+    mangoWriteBegin();
+    rdbSaveInfo rsi = RDB_SAVE_INFO_INIT;
+    errno = 0;
+    /* Not loadDataFromDisk(): it would make a replication backlog (transient
+     * state) inside the write section and feed it the expired keys. */
+    if (rdbLoad(server.rdb_filename, &rsi, RDBFLAGS_NONE) != C_OK) {
+        serverLog(LL_WARNING, "Mangosteen: importing %s failed (%s); the pool %s keeps the unfinished import and "
+                  "will refuse to start: remove it to import again", server.rdb_filename,
+                  errno ? strerror(errno) : "see above", mango_pool_path());
+        exit(1);
+    }
+    importing = 0;
+    /* Function libraries in the file were loaded into the engine: keep their
+     * source in the pool, as FUNCTION LOAD does. */
+    mangoFunctionsSave();
+    durable_import_state = IMPORT_DONE;
+    mangoWriteEnd();
+    commit_sync();
+    long long keys = 0;
+    for (int j = 0; j < server.dbnum; j++) keys += dictSize(server.db[j].dict);
+    serverLog(LL_NOTICE, "Mangosteen: imported %s into the pool: %lld keys, %llu batches, %.2f s; the pool is the "
+              "dataset from now on (the file is no longer read)", server.rdb_filename, keys,
+              (unsigned long long)import_batches + 1, (double)(monotonic_ns() - import_t0) / 1e9);
+}
+
 int mangoLoadDataFromDisk(void)
 {
     if (!mango_on) return 1;
+    if (mango_recovered && durable_import_state == IMPORT_RUNNING) {
+        serverLog(LL_WARNING, "Mangosteen: the pool %s holds an unfinished import of an RDB file (%lld bytes): "
+                  "the start that imported it stopped before the end (killed, out of memory or a damaged file: "
+                  "see that start's log). It holds nothing else; remove it and start again to import the file anew",
+                  mango_pool_path(), durable_import_file_bytes);
+        exit(1);
+    }
     if (mango_recovered) mangoFunctionsReload(); /* before the first client */
     struct stat st;
     if (stat(server.rdb_filename, &st) != 0) return 0; /* nothing to load */
     if (mango_recovered) {
-        serverLog(LL_WARNING, "Mangosteen: %s not loaded: the pool holds the dataset (an RDB file here is only "
-                  "a copy, e.g. from SAVE)", server.rdb_filename);
+        serverLog(LL_WARNING, "Mangosteen: %s not loaded: the pool holds the dataset (%s)", server.rdb_filename,
+                  durable_import_state == IMPORT_DONE ? "it imported the file at its first start"
+                                                      : "an RDB file here is only a copy, e.g. from SAVE");
         return 0;
     }
-    serverLog(LL_WARNING, "Mangosteen: a new pool cannot import %s (its keys would be loaded outside any "
-              "write section, so not durable); move the file away, start, and import through a client",
-              server.rdb_filename);
-    exit(1);
+    import_rdb_file(&st);
+    return 0;
 }
 
 void mangoCreateDatabases(void)

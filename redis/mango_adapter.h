@@ -37,9 +37,13 @@ void mangoCreateDatabases(void);
 /* main(), instead of calling loadDataFromDisk() unconditionally: may Redis
  * load dump.rdb or the AOF? Always without Mangosteen. With it the pool is
  * the dataset: a dump.rdb is skipped (with a warning) when the pool was
- * recovered, and refused (exit 1) on a new pool, whose keys would be loaded
- * outside any write section. (appendonly yes is refused at start-up.) */
+ * recovered; a new pool imports it here, in batches, before the first client
+ * (exit 1 if that fails; a pool whose import did not finish is refused at
+ * every later start). (appendonly yes is refused at start-up.) */
 int mangoLoadDataFromDisk(void);
+/* rdbLoadProgressCallback(): the import of an RDB file into a new pool ends
+ * its batch here once it is large (a no-op otherwise). */
+void mangoLoadingProgress(size_t processed_bytes);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
