@@ -372,6 +372,11 @@ void mangoRedisInit(int argc, char **argv)
     used_memory_restored = zmalloc_used_memory();
     if (rc < 0) {
         fprintf(stderr, "Mangosteen: cannot open the pool: %s\n", mango_last_error());
+        if (rc == MANGO_ELAYOUT)
+            fprintf(stderr, "Mangosteen: only the build that wrote a pool can recover it (a rebuild or an upgrade "
+                    "of redis-server changes it). To move the data to this build: start the old one on the "
+                    "pool, run SAVE, then start this one on a new pool with that dump.rdb in its --dir: a new "
+                    "pool imports it (docs/redis.md, \"Moving a dataset in\")\n");
         exit(1);
     }
     mango_on = 1;

@@ -69,6 +69,7 @@ class DurableServer:
         self.runs = 0
         self.clients = []
         self.extra_args = []  # appended to the server's command line
+        self.binary = SERVER
         self.config_file = None  # given as the first argument, as redis.conf is
 
     # -- life cycle
@@ -90,7 +91,7 @@ class DurableServer:
 
     def argv(self, port):
         conf = [self.config_file] if self.config_file else []
-        return [SERVER] + conf + ["--port", str(port), "--bind", "127.0.0.1", "--save", "",
+        return [self.binary] + conf + ["--port", str(port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--daemonize", "no", "--logfile", self.log,
                 "--dir", self.dir, "--enable-debug-command", "yes",
                 # a crashing server (a bug) must not first memtest the 1 GiB pool mapping
@@ -936,6 +937,50 @@ def test_a_new_pool_imports_an_rdb_file(server_factory, mode):
     s.restart("kill")
     assert "dump.rdb not loaded: the pool holds the dataset (it imported the file" in s.logtext()
     assert_same(after, snapshot(s, skip_dbs=(9,)), f"imported, then kill -9 ({mode})")
+
+
+def another_build(path):
+    """A copy of the server binary with one byte of its GNU build ID changed:
+    to the pool, the binary of another build (a rebuild, an upgrade)."""
+    notes = subprocess.run(["readelf", "-n", SERVER], capture_output=True, text=True, check=True).stdout
+    build_id = bytes.fromhex(re.search(r"Build ID: ([0-9a-f]+)", notes).group(1))
+    with open(SERVER, "rb") as f:
+        image = bytearray(f.read())
+    at = image.find(build_id)
+    assert at > 0 and image.find(build_id, at + 1) < 0
+    image[at] ^= 0xFF
+    with open(path, "wb") as f:
+        f.write(image)
+    os.chmod(path, 0o755)
+    return path
+
+
+def test_another_build_is_refused_and_takes_the_data_through_save(server_factory):
+    """Only the build that wrote a pool recovers it (its layout fingerprint
+    names the build ID). The refusal says how to move the data to the new
+    build, and that way works: SAVE with the old build, then the new build
+    on a new pool imports the dump.rdb."""
+    s = server_factory("emulated")
+    r = s.client()
+    r.set("k", "v")
+    r.hset("h", mapping={"a": "1", "b": "2"})
+    r.rpush("l", "x", "y")
+    r.expire("k", 100000)
+    s.stop("kill")
+    s.binary = another_build(os.path.join(s.dir, "redis-server-other-build"))
+    rc, log = start_refused(s, [])
+    assert rc == 1 and "different layout" in log and "only the build that wrote a pool can recover it" in log, \
+        (rc, log[-1500:])
+    s.binary = SERVER
+    assert s.start() == "RECOVERED"  # the refusal left the pool as it was
+    assert s.client().save()
+    s.stop("kill")
+    os.unlink(s.pool)
+    s.binary = os.path.join(s.dir, "redis-server-other-build")
+    assert s.start() == "FRESH" and IMPORTED.search(s.logtext())
+    r = s.client()
+    assert r.get("k") == b"v" and r.ttl("k") > 99000 and r.hgetall("h") == {b"a": b"1", b"b": b"2"}
+    assert r.lrange("l", 0, -1) == [b"x", b"y"]
 
 
 def test_an_import_that_stops_is_never_served(server_factory):
