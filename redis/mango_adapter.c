@@ -121,6 +121,10 @@ static uint64_t cmds_per_pass_x16; /* moving average of commands per pass (1/16 
 static uint64_t writes_this_pass;
 static uint64_t writes_per_pass_x16; /* the same for write commands */
 static uint64_t gather_holds;      /* passes that kept their batch open (MANGO_STATS) */
+/* An import of an RDB file serves clients between two reads of the file
+ * (serve_during_import): their replies (LOADING errors, INFO) depend on no
+ * batch, so they leave at once, as with stock Redis's loading. */
+static int import_serving;
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -543,7 +547,7 @@ void mangoNoteReply(client *c)
      * nothing can hold this reply, nor the client's earlier output. Ticket 0
      * says so (the field is not initialised by createClient: always set it).
      * Called once per addReply*: an HGETALL of 10 fields calls it 21 times. */
-    if (!pipelined && !mango_batch_open()) {
+    if ((!pipelined && !mango_batch_open()) || (import_serving && write_depth == 0)) {
         c->mango_ticket = 0;
         return;
     }
@@ -670,7 +674,7 @@ int mangoAnyVolatileKeys(void)
     return 0;
 }
 
-int mangoBatchOpen(void) { return mango_on && mango_batch_open(); }
+int mangoBatchOpen(void) { return mango_on && mango_batch_open() && !import_serving; }
 
 int mangoDictMayRehash(const void *d)
 {
@@ -951,6 +955,14 @@ static uint64_t heap_reserve(uint64_t capacity)
 int mangoRefuseCommand(client *c)
 {
     if (!mango_on) return 0;
+    /* DEBUG passes Redis's loading check (CMD_LOADING), but during an import
+     * its writes would join the import's batches and its reply could leave
+     * before the import is DONE, so be lost with the pool if it stops. */
+    if (import_serving && changes_keyspace(c->cmd)) {
+        rejectCommandFormat(c, "-LOADING Redis is loading the dataset in memory (Mangosteen: importing %s)",
+                            server.rdb_filename);
+        return 1;
+    }
     /* The pool's durable heap has a fixed size. Redis aborts on an allocation
      * that fails ("OUT OF MEMORY", a bug report, the pool intact), so a
      * command that may grow memory (CMD_DENYOOM, as maxmemory judges it; an
@@ -1043,12 +1055,32 @@ static int durable_import_state;
 static long long durable_import_file_bytes;
 /* Transient. */
 static int importing;
-static size_t import_next_check;
+static size_t import_next_check, import_next_events;
+static long long import_events_interval; /* loading-process-events-interval-bytes, taken over */
 static uint64_t import_batches, import_t0, import_last_report;
 /* Test hook (redis/tests): MANGO_REDIS_TEST_IMPORT_KILL_AFTER=N sends the
  * server SIGKILL right after the import's N-th intermediate batch, as a kill
  * at that moment would. */
 static long test_import_kill_after = -1;
+
+/* What rdbLoadProgressCallback does every loading-process-events-interval-
+ * bytes, with the batch paused: clients connect, get LOADING errors, run INFO
+ * (with the loading progress), as while stock Redis loads. Outside the write
+ * section their allocations are transient, and their replies leave at once.
+ * A command that opens a write section (DEBUG) still writes into the import's
+ * batch, and its reply waits for the import's end like any write's. */
+static void serve_during_import(size_t processed_bytes)
+{
+    loadingAbsProgress((off_t)processed_bytes);
+    int depth = write_depth;
+    mango_batch_pause();
+    write_depth = 0;
+    import_serving = 1;
+    processEventsWhileBlocked();
+    import_serving = 0;
+    write_depth = depth;
+    mango_batch_resume();
+}
 
 void mangoLoadingProgress(size_t processed_bytes)
 {
@@ -1086,6 +1118,10 @@ void mangoLoadingProgress(size_t processed_bytes)
         rc = mango_batch_begin();
         if (rc != MANGO_OK) die("importing the RDB file: mango_batch_begin", rc);
     }
+    if (import_events_interval > 0 && processed_bytes >= import_next_events) {
+        import_next_events = processed_bytes + (size_t)import_events_interval;
+        serve_during_import(processed_bytes);
+    }
     uint64_t now = monotonic_ns();
     if (now - import_last_report >= IMPORT_REPORT_NS) {
         import_last_report = now;
@@ -1118,6 +1154,12 @@ static void import_rdb_file(const struct stat *st)
     importing = 1;
     import_t0 = import_last_report = monotonic_ns();
     import_next_check = IMPORT_CHECK_BYTES;
+    /* Serving clients while the file loads is done here, batch paused
+     * (serve_during_import), not by rdbLoadProgressCallback in the write
+     * section. */
+    import_events_interval = server.loading_process_events_interval_bytes;
+    import_next_events = (size_t)import_events_interval;
+    server.loading_process_events_interval_bytes = 0;
     mangoWriteBegin();
     rdbSaveInfo rsi = RDB_SAVE_INFO_INIT;
     errno = 0;
@@ -1130,6 +1172,7 @@ static void import_rdb_file(const struct stat *st)
         exit(1);
     }
     importing = 0;
+    server.loading_process_events_interval_bytes = import_events_interval;
     /* Function libraries in the file were loaded into the engine: keep their
      * source in the pool, as FUNCTION LOAD does. */
     mangoFunctionsSave();

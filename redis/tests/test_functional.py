@@ -983,6 +983,60 @@ def test_another_build_is_refused_and_takes_the_data_through_save(server_factory
     assert r.lrange("l", 0, -1) == [b"x", b"y"]
 
 
+def resp_call(port, *args, timeout=2.0):
+    """One command on a new connection; the first line of the reply."""
+    req = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in
+                                           (x.encode() if isinstance(x, str) else x for x in args))
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(req)
+        data = b""
+        while b"\r\n" not in data:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        if data.startswith(b"$"):  # a bulk string (INFO): read all of it
+            n = int(data[1:data.index(b"\r\n")])
+            while len(data) < data.index(b"\r\n") + 2 + n:
+                data += c.recv(65536)
+            return data[data.index(b"\r\n") + 2:]
+        return data.split(b"\r\n")[0]
+
+
+def test_clients_are_answered_during_an_import(server_factory):
+    """While a new pool imports a file, clients are served as while stock
+    Redis loads one: PING answers LOADING at once (it waited for the end of
+    the import, ~7 s for a million keys, before), INFO shows the loading
+    progress, and DEBUG, which Redis lets run while loading and which would
+    write into the import's batches, is refused with LOADING too."""
+    s = server_factory("emulated")
+    assert s.client().execute_command("DEBUG", "POPULATE", 600000, "pop", 100) in (b"OK", "OK", True)
+    save_rdb_and_remove_pool(s)
+    s.runs += 1
+    s.port = free_port()
+    s.log = os.path.join(s.dir, f"server-{s.runs}.log")
+    s.out = os.path.join(s.dir, f"server-{s.runs}.out")
+    with open(s.out, "wb") as out:
+        s.proc = subprocess.Popen(s.argv(s.port), env=s.env, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while "importing dump.rdb" not in s.logtext():
+        assert s.proc.poll() is None and time.monotonic() < deadline, s.logtext()[-1500:]
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    assert resp_call(s.port, "PING").startswith(b"-LOADING")
+    assert time.monotonic() - t0 < 1.5
+    info = resp_call(s.port, "INFO", "persistence")
+    assert b"loading:1" in info and b"loading_loaded_perc:" in info, info[:300]
+    assert resp_call(s.port, "DEBUG", "POPULATE", "10", "dbg", "10").startswith(
+        b"-LOADING Redis is loading the dataset in memory (Mangosteen: importing dump.rdb)")
+    assert IMPORTED.search(s.logtext()) is None, "the import ended too soon for this test"
+    assert wait_for_ping(s.proc, s.port, timeout=120)
+    assert IMPORTED.search(s.logtext())
+    r = s.client()
+    assert r.dbsize() == 600000 and r.exists("dbg:3") == 0
+
+
 def test_an_import_that_stops_is_never_served(server_factory):
     """An import that stops before its end leaves a pool with a part of the
     file: killed in the middle (a test hook sends SIGKILL after the second
