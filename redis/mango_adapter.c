@@ -1067,8 +1067,8 @@ static long test_import_kill_after = -1;
  * bytes, with the batch paused: clients connect, get LOADING errors, run INFO
  * (with the loading progress), as while stock Redis loads. Outside the write
  * section their allocations are transient, and their replies leave at once.
- * A command that opens a write section (DEBUG) still writes into the import's
- * batch, and its reply waits for the import's end like any write's. */
+ * DEBUG, the one command that would open a write section here, is refused
+ * with LOADING (mangoRefuseCommand). */
 static void serve_during_import(size_t processed_bytes)
 {
     loadingAbsProgress((off_t)processed_bytes);
