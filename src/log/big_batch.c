@@ -200,6 +200,18 @@ int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, 
     return MANGO_OK;
 }
 
+void big_batch_release(big_batch_writer *w)
+{
+    /* Not an ordering point: whatever a crash leaves of this truncation,
+     * recovery reads the file only for a frame past the head, and none is. */
+    if (w->fd >= 0 && ftruncate(w->fd, 0) != 0) {
+        /* Only space is at stake; the next big batch rewrites the file. */
+    }
+    if (w->stage_fd >= 0 && ftruncate(w->stage_fd, 0) != 0) {
+    }
+    w->pending = false;
+}
+
 void big_batch_writer_close(big_batch_writer *w)
 {
     if (w->fd >= 0)

@@ -86,6 +86,12 @@ typedef struct big_batch_writer {
 } big_batch_writer;
 
 void big_batch_writer_init(big_batch_writer *w);
+/* The last big batch's content is no longer needed (both head slots are
+ * past its frame, the log's reusable_lsn): give its space back, truncating
+ * the file (and sim mode's staging copy) to nothing. The file stays, empty,
+ * for the next big batch. Without it the file kept the size of the largest
+ * big batch until the next recovery or clean shutdown removed it. */
+void big_batch_release(big_batch_writer *w);
 /* Start a big batch: open (creating it, and syncing its directory, the first
  * time) the file at path. 0 or a MANGO_E* code with the error set. */
 int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path);

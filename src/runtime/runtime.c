@@ -285,6 +285,12 @@ static int batch_begin(void *arg, unsigned n)
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error_stopped();
+    /* The backend has moved both head slots past the last big frame: no
+     * recovery can read that big batch's file any more (the same test
+     * commit_big_batch waits on before overwriting it), so free its space. */
+    if (rt.big.pending &&
+        atomic_load_explicit(&rt.log.reusable_lsn, memory_order_acquire) >= rt.big.last_lsn + 1)
+        big_batch_release(&rt.big);
     if (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_RELAXED))
         return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
