@@ -35,7 +35,8 @@ import pytest
 
 try:
     from redis import Redis
-    from redis.exceptions import ConnectionError as RedisConnectionError, ExecAbortError, ResponseError, WatchError
+    from redis.exceptions import (BusyLoadingError, ConnectionError as RedisConnectionError, ExecAbortError,
+                                  ResponseError, WatchError)
 except ImportError:  # also: the repository's redis/ directory seen as a namespace package
     pytest.exit(f"redis-py is not importable by {sys.executable}: install python3-redis "
                 "(scripts/setup.sh) and run the tests with Debian's /usr/bin/python3", returncode=2)
@@ -990,26 +991,6 @@ def test_another_build_is_refused_and_takes_the_data_through_save(server_factory
     assert r.lrange("l", 0, -1) == [b"x", b"y"]
 
 
-def resp_call(port, *args, timeout=2.0):
-    """One command on a new connection; the first line of the reply."""
-    req = b"*%d\r\n" % len(args) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in
-                                           (x.encode() if isinstance(x, str) else x for x in args))
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
-        c.sendall(req)
-        data = b""
-        while b"\r\n" not in data:
-            chunk = c.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-        if data.startswith(b"$"):  # a bulk string (INFO): read all of it
-            n = int(data[1:data.index(b"\r\n")])
-            while len(data) < data.index(b"\r\n") + 2 + n:
-                data += c.recv(65536)
-            return data[data.index(b"\r\n") + 2:]
-        return data.split(b"\r\n")[0]
-
-
 def test_clients_are_answered_during_an_import(server_factory):
     """While a new pool imports a file, clients are served as while stock
     Redis loads one: PING answers LOADING at once (it waited for the end of
@@ -1030,13 +1011,16 @@ def test_clients_are_answered_during_an_import(server_factory):
     while "importing dump.rdb" not in s.logtext():
         assert s.proc.poll() is None and time.monotonic() < deadline, s.logtext()[-1500:]
         time.sleep(0.01)
+    r = Redis(host="127.0.0.1", port=s.port, socket_timeout=2)
     t0 = time.monotonic()
-    assert resp_call(s.port, "PING").startswith(b"-LOADING")
+    with pytest.raises(BusyLoadingError):
+        r.ping()
     assert time.monotonic() - t0 < 1.5
-    info = resp_call(s.port, "INFO", "persistence")
-    assert b"loading:1" in info and b"loading_loaded_perc:" in info, info[:300]
-    assert resp_call(s.port, "DEBUG", "POPULATE", "10", "dbg", "10").startswith(
-        b"-LOADING Redis is loading the dataset in memory (Mangosteen: importing dump.rdb)")
+    info = r.info("persistence")
+    assert info["loading"] == 1 and "loading_loaded_perc" in info, info
+    with pytest.raises(BusyLoadingError, match=r"\(Mangosteen: importing dump\.rdb\)"):
+        r.execute_command("DEBUG", "POPULATE", 10, "dbg", 10)
+    r.close()
     assert IMPORTED.search(s.logtext()) is None, "the import ended too soon for this test"
     assert wait_for_ping(s.proc, s.port, timeout=120)
     assert IMPORTED.search(s.logtext())
