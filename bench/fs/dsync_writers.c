@@ -99,7 +99,8 @@ static void usage(FILE *f)
             "combination: writers=N spinners=M syncs_per_s=X mean_us=Y (Y: per write,\n"
             "per writer), then the latency of one write over all writers: p50_us,\n"
             "p99_us, p999_us, and over_1ms (writes slower than 1 ms). The file\n"
-            "(DIR/dsync_writers.<pid>) is removed at the end.\n"
+            "(DIR/dsync_writers.<pid>) is unlinked once open: nothing is left behind,\n"
+            "even when the run is interrupted.\n"
             "\n"
             "  --writer-nice N   each writer sets its own nice value to N (-20..19;\n"
             "                    below 0 needs root or CAP_SYS_NICE), the spinners\n"
@@ -203,6 +204,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "dsync_writers: %s: %s\n", path, strerror(errno));
         return 1;
     }
+    /* The open descriptor keeps the file: unlinked now, it is gone however
+     * the run ends (an interrupt, a closed pipe such as `| head`). */
+    unlink(path);
     /* Allocate and write every slot once: no write below allocates blocks. */
     size_t bytes = (size_t)MAX_THREADS * SLOTS_PER_WRITER * SLOT;
     char *zero = calloc(1, 1 << 20);
@@ -263,6 +267,5 @@ int main(int argc, char **argv)
     for (int i = 0; i < MAX_THREADS; i++)
         free(hist[i]);
     close(fd);
-    unlink(path);
     return rc;
 }
