@@ -203,12 +203,13 @@ int big_batch_finish(big_batch_writer *w, persist_domain *pd, const char *path, 
 void big_batch_release(big_batch_writer *w)
 {
     /* Not an ordering point: whatever a crash leaves of this truncation,
-     * recovery reads the file only for a frame past the head, and none is. */
-    if (w->fd >= 0 && ftruncate(w->fd, 0) != 0) {
-        /* Only space is at stake; the next big batch rewrites the file. */
-    }
-    if (w->stage_fd >= 0 && ftruncate(w->stage_fd, 0) != 0) {
-    }
+     * recovery reads the file only for a frame past the head, and none is.
+     * A failed truncation only keeps the space: the next big batch rewrites
+     * the file from its start. */
+    if (w->fd >= 0)
+        (void)!ftruncate(w->fd, 0);
+    if (w->stage_fd >= 0)
+        (void)!ftruncate(w->stage_fd, 0);
     w->pending = false;
 }
 
