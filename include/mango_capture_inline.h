@@ -20,11 +20,12 @@
  * computes the block and the byte mask, hashes the block and probes up to
  * MANGO_CAPTURE_PROBES slots of the combiner's primary dedup set: a slot
  * holding the block gets the mask ORed in; an empty slot below the load limit
- * receives the block. Everything else (a store crossing a block, outside those
- * two ranges -- other libraries' data, transient memory --, a longer probe
- * chain, the
- * load limit reached) returns 0 and the caller takes the slow path, which
- * probes further and spills exactly as before. Both paths probe the same table
+ * receives the block. A store outside both ranges is transient memory when
+ * the runtime says they are all the durable memory there is (covers_all): 1,
+ * nothing to record. Everything else (a store crossing a block, outside the
+ * two ranges while other durable regions exist, a longer probe chain) returns
+ * 0 and the caller takes the slow path, which probes further and spills
+ * exactly as before. Both paths probe the same table
  * the same way, so the set's contents do not depend on which path ran.
  *
  * The runtime (src/capture/capture.c) defines mango_capture_fastpath and keeps
@@ -67,6 +68,11 @@ struct mango_capture_fastpath {
     struct mango_capture_set_view *set;
     __UINTPTR_TYPE__ data_lo;   /* the first durable data region, the same way */
     __UINTPTR_TYPE__ data_size; /* 0: none (or no fast path) */
+    /* 1: the two ranges above are every durable byte there is (no other
+     * region, no partial block at their edges), so a store outside both
+     * (transient memory) has nothing to record: the fast path says so itself
+     * instead of calling mango_capture(). 0 with the fast path off. */
+    __UINTPTR_TYPE__ covers_all;
 };
 extern struct mango_capture_fastpath mango_capture_fastpath;
 /* Out of line: add a heap block known not to be in the full primary set to
@@ -85,7 +91,7 @@ mango_capture_try_fast(const void *addr, __SIZE_TYPE__ len)
         return 0; /* empty, or crosses a block */
     if (__builtin_expect(a - mango_capture_fastpath.heap_lo >= mango_capture_fastpath.heap_size, 0) &&
         a - mango_capture_fastpath.data_lo >= mango_capture_fastpath.data_size)
-        return 0; /* neither the durable heap nor .data/.bss (or no fast path) */
+        return (int)mango_capture_fastpath.covers_all; /* neither the durable heap nor .data/.bss */
     __UINT64_TYPE__ block = a - off;
     __UINT32_TYPE__ m = (__UINT32_TYPE__)((((__UINT64_TYPE__)1 << len) - 1) << off);
     struct mango_capture_set_view *s = mango_capture_fastpath.set;

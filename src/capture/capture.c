@@ -80,6 +80,12 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
     }
     mango_capture_fastpath.data_lo = dlo;
     mango_capture_fastpath.data_size = dhi > dlo ? dhi - dlo : 0;
+    /* Transient stores need no call when the fast path's ranges are exactly
+     * the durable ones. */
+    bool exact = mango_capture_fastpath.heap_size && n <= 2 && flo == lo[0] && fhi == hi[0];
+    if (exact && n == 2)
+        exact = mango_capture_fastpath.data_size && dlo == lo[1] && dhi == hi[1];
+    mango_capture_fastpath.covers_all = exact;
 }
 
 bool capture_is_durable(uintptr_t addr, size_t len)

@@ -15,7 +15,10 @@
  *      primary set's load limit, into the spill set;
  *   E. 16 blocks with the same home slot, each written twice (probe chains
  *      longer than the fast path follows: slow path);
- *   F. all of the above in one batch.
+ *   F. all of the above in one batch;
+ *   G. stores to transient memory (a buffer mapped before mango_init): with
+ *      the fast path on and the durable ranges all known to it (covers_all),
+ *      no slow-path call and nothing logged.
  * Slow-path calls are counted by wrapping mango_capture (-Wl,--wrap).
  */
 #define _GNU_SOURCE
@@ -51,6 +54,7 @@ __attribute__((annotate("mango_no_capture"), noinline)) void __wrap_mango_captur
 #define COLLIDE_STRIDE (4096u * 32u) /* blocks this far apart share a home slot */
 #define COLLIDE_N 16u
 
+static unsigned char *transient_buf; /* 4 KiB, mmap'd before mango_init: not durable */
 static unsigned char *hot;     /* 4 KiB, 32-byte aligned */
 static unsigned char *wide;    /* 1 MiB */
 static unsigned char *collide; /* COLLIDE_N * COLLIDE_STRIDE + 32 */
@@ -144,6 +148,15 @@ __attribute__((noinline)) static void w_collide(unsigned char *p, uint64_t seed)
         }
 }
 
+__attribute__((noinline)) static void w_transient(unsigned char *p, uint64_t n)
+{
+    for (uint64_t i = 0; i < n; i++) {
+        p[(i * 13) & 4095] = (unsigned char)i;
+        ((uint64_t *)p)[(i * 3) & 511] = i;
+        __asm__ volatile("" ::: "memory");
+    }
+}
+
 /* ---- commands ---- */
 
 typedef struct cmd {
@@ -155,6 +168,7 @@ static bool is_ro(void *ctx) { (void)ctx; return false; }
 static void process(void *ctx) { cmd *c = ctx; c->fn(c->arg); }
 
 static uint64_t fast_heap_size; /* mango_capture_fastpath.heap_size, seen in a command */
+static uint64_t fast_covers_all; /* and .covers_all */
 
 static void c_setup(uint64_t arg)
 {
@@ -173,6 +187,8 @@ static void c_probe(uint64_t arg)
     (void)arg;
     uint64_t v = mango_capture_fastpath.heap_size;
     __atomic_store_n(&fast_heap_size, v, __ATOMIC_RELAXED);
+    v = mango_capture_fastpath.covers_all;
+    __atomic_store_n(&fast_covers_all, v, __ATOMIC_RELAXED);
 }
 
 static void c_nothing(uint64_t arg) { (void)arg; }
@@ -182,6 +198,7 @@ static void c_crossing(uint64_t arg) { w_crossing(hot, arg); }
 static void c_globals(uint64_t arg) { w_globals(arg); }
 static void c_spill(uint64_t arg) { w_spill(wide, arg); }
 static void c_collide(uint64_t arg) { w_collide(collide, arg); }
+static void c_transient(uint64_t arg) { w_transient(transient_buf, arg); }
 static void c_all(uint64_t arg)
 {
     w_sizes(hot, 2000);
@@ -226,7 +243,8 @@ int main(int argc, char **argv)
     if (!fast)
         setenv("MANGO_CAPTURE_FASTPATH", "0", 1);
     slow_calls = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (slow_calls == MAP_FAILED)
+    transient_buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (slow_calls == MAP_FAILED || transient_buf == MAP_FAILED)
         return 2;
     char pool[256];
     snprintf(pool, sizeof pool, "/dev/shm/test_capture_fastpath.%d.pool", (int)getpid());
@@ -250,9 +268,9 @@ int main(int argc, char **argv)
     base_blocks = base.log_blocks;
     run("setup", c_setup, 0);
     run("probe", c_probe, 0);
-    printf("fast path %s (heap_size=%llu)\n", fast ? "on" : "off",
-           (unsigned long long)fast_heap_size);
-    CHECK(fast ? fast_heap_size > 0 : fast_heap_size == 0);
+    printf("fast path %s (heap_size=%llu, covers_all=%llu)\n", fast ? "on" : "off",
+           (unsigned long long)fast_heap_size, (unsigned long long)fast_covers_all);
+    CHECK(fast ? fast_heap_size > 0 && fast_covers_all == 1 : fast_heap_size == 0 && fast_covers_all == 0);
 
     for (uint64_t r = 1; r <= 3; r++) {
         outcome o = run("sizes", c_sizes, 5000 * r);
@@ -276,6 +294,9 @@ int main(int argc, char **argv)
         CHECK(fast ? o.slow >= 2 * (COLLIDE_N - 4) && o.slow < 2 * COLLIDE_N : o.slow >= 2 * COLLIDE_N);
         CHECK(o.log_blocks == COLLIDE_N && o.overflow == 0);
         run("all", c_all, r);
+        o = run("transient", c_transient, 4000 * r);
+        CHECK(fast ? o.slow == 0 : o.slow >= 8000 * r);
+        CHECK(o.log_blocks == 0);
     }
 
     /* The stores really landed (and the set did not corrupt the heap). */
