@@ -299,6 +299,36 @@ int mango_batch_resume(void);
  * and at most one such batch at a time, so slower. An event loop can end a
  * batch early between two commands once *used grows large. */
 void mango_batch_room(uint64_t *used, uint64_t *capacity);
+/* Bulk loading, for filling a state fast (an import into a new pool):
+ * between mango_batch_bulk_begin() and mango_batch_bulk_end(), inside one
+ * open batch, stores into the durable heap are not captured one by one
+ * (allocation stays durable; stores into .data/.bss still are). Instead
+ * mango_batch_bulk_end() logs the heap as it then is: the part carved during
+ * the bulk in pieces of up to a quarter of the log, each its own frame,
+ * synced at once; the part that existed before it with the batch itself.
+ * The batch's log costs about the heap's size, not its stores: worth it when
+ * the bulk writes most of the heap (a new pool), not for a few keys in a
+ * large one.
+ *
+ * Atomic like any batch: recovery after a crash anywhere before the batch
+ * is durable finds the state as it was at mango_batch_bulk_begin() (the
+ * pieces lie above the heap's top of then, where that state has nothing;
+ * the first one also tells it that the space is no longer zero). There is
+ * no second copy of the data (a batch larger than the log, by contrast,
+ * goes through the pool's big-batch file).
+ *
+ * mango_batch_bulk_begin() first commits, synchronously, what the batch
+ * wrote before it (its replies' ticket is then durable). A batch that ends
+ * (or is submitted) in bulk ends the bulk first. The batch may be paused
+ * during the bulk (heap stores made while paused are logged too: the heap is
+ * logged as it is). In mode none, or under MANGO_VERIFY, the pair is
+ * accepted and changes nothing (every store is captured as usual).
+ * MANGO_EINVAL: no batch open on this thread, begin twice, end without
+ * begin, or begin on a paused batch. Test hook: MANGO_TEST_BULK_KILL_AFTER=N
+ * in the environment sends the process SIGKILL right after the N-th piece is
+ * durable (0: after the commit of mango_batch_bulk_begin()). */
+int mango_batch_bulk_begin(void);
+int mango_batch_bulk_end(void);
 /* The durable heap: *allocated bytes (allocations with their headers) and
  * its *capacity (fixed when the pool was made); 0 and 0 without a durable
  * mode. An allocation the heap cannot hold fails (malloc returns NULL), so an

@@ -15,6 +15,8 @@ static unsigned n_ranges;
 static uintptr_t range_lo[CAPTURE_MAX_RANGES], range_hi[CAPTURE_MAX_RANGES];
 static dedup_set *current_set;
 static size_t data_range_min; /* 0: no data ranges */
+static bool heap_bulk;           /* capture_set_heap_bulk */
+static uintptr_t fast_heap_size; /* the fast path's heap size outside a bulk */
 
 /* The inline fast path (include/mango_capture_inline.h) probes the primary set
  * as dedup_add_block() does: same geometry, same hash, same layout. */
@@ -71,10 +73,11 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
         fhi = hi[0] & ~(uintptr_t)(DEDUP_BLOCK - 1);
     }
     mango_capture_fastpath.heap_lo = flo;
-    mango_capture_fastpath.heap_size = fhi > flo ? fhi - flo : 0;
+    fast_heap_size = fhi > flo ? fhi - flo : 0;
+    mango_capture_fastpath.heap_size = fast_heap_size;
     /* And the second range (the executable's .data/.bss), the same way. */
     uintptr_t dlo = 0, dhi = 0;
-    if (n > 1 && mango_capture_fastpath.heap_size) {
+    if (n > 1 && fast_heap_size) {
         dlo = (lo[1] + DEDUP_BLOCK - 1) & ~(uintptr_t)(DEDUP_BLOCK - 1);
         dhi = hi[1] & ~(uintptr_t)(DEDUP_BLOCK - 1);
     }
@@ -82,11 +85,22 @@ void capture_set_ranges(unsigned n, const uintptr_t *lo, const uintptr_t *hi)
     mango_capture_fastpath.data_size = dhi > dlo ? dhi - dlo : 0;
     /* Transient stores need no call when the fast path's ranges are exactly
      * the durable ones. */
-    bool exact = mango_capture_fastpath.heap_size && n <= 2 && flo == lo[0] && fhi == hi[0];
+    bool exact = fast_heap_size && n <= 2 && flo == lo[0] && fhi == hi[0];
     if (exact && n == 2)
         exact = mango_capture_fastpath.data_size && dlo == lo[1] && dhi == hi[1];
     mango_capture_fastpath.covers_all = exact;
 }
+
+void capture_set_heap_bulk(bool on)
+{
+    heap_bulk = on;
+    /* A heap store then fails the fast path's heap test (a .data/.bss store
+     * still passes its own): the fast path drops it as it drops transient
+     * stores (covers_all), or it reaches mango_capture(), which skips it. */
+    mango_capture_fastpath.heap_size = on ? 0 : fast_heap_size;
+}
+
+bool capture_heap_bulk(void) { return heap_bulk; }
 
 bool capture_is_durable(uintptr_t addr, size_t len)
 {
@@ -127,7 +141,7 @@ static void capture_range_nodedup(const void *addr, size_t len)
     for (unsigned i = 0; i < n_ranges; i++) {
         uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
         uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
-        if (a < b)
+        if (a < b && !(i == 0 && heap_bulk))
             dedup_add_range_nodedup(current_set, a, b - a);
     }
 }
@@ -144,7 +158,7 @@ bool mango_in_rw_command(void) { return mango_capture_active; }
  * without the range loop of mango_capture(). */
 void capture_small_store(const void *addr, size_t len)
 {
-    if (!mango_capture_active)
+    if (!mango_capture_active || heap_bulk) /* all of them heap stores */
         return;
     if (mango_capture_try_fast(addr, len))
         return;
@@ -155,6 +169,9 @@ void mango_capture(const void *addr, size_t len)
 {
     if (!mango_capture_active || len == 0)
         return;
+    if (__builtin_expect(heap_bulk, 0) && n_ranges && (uintptr_t)addr >= range_lo[0] &&
+        (uintptr_t)addr + len <= range_hi[0])
+        return; /* a heap store in a bulk load, which logs the heap itself */
     if (__builtin_expect(dedup_off != 0, 0) && dedup_is_off()) {
         capture_range_nodedup(addr, len);
         return;
@@ -163,7 +180,7 @@ void mango_capture(const void *addr, size_t len)
     for (unsigned i = 0; i < n_ranges; i++) {
         uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
         uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
-        if (a >= b)
+        if (a >= b || (i == 0 && heap_bulk))
             continue;
         /* Range 0 is the durable heap (runtime.c), whose mirror takes whole
          * bytes; .data/.bss keep per-byte masks, so blocks only. */

@@ -40,6 +40,12 @@ void capture_small_store(const void *addr, size_t len);
  * blocks). */
 void capture_set_data_ranges(size_t min_bytes);
 
+/* Bulk loading (mango_batch_bulk_begin): while on, stores into range 0 (the
+ * durable heap) are not captured: the inline fast path is narrowed to
+ * .data/.bss and the slow path skips the heap. .data/.bss stores still are. */
+void capture_set_heap_bulk(bool on);
+bool capture_heap_bulk(void);
+
 /* The combiner brackets a batch with these. */
 void capture_begin(dedup_set *set);
 void capture_end(void);

@@ -177,8 +177,10 @@ static inline void redo_log_put_zero(log_frame_writer *w, uintptr_t addr, uint64
     __builtin_memset(e->data, 0, LOG_BLOCK_SIZE);
     __builtin_memcpy(e->data, &len, sizeof len);
 }
-/* Append one data range (see LOG_DATA_TAG): copies len bytes from addr. */
-static inline void redo_log_put_data(log_frame_writer *w, uintptr_t addr, uint64_t len)
+/* Append one data range (see LOG_DATA_TAG) for [addr, addr+len), whose
+ * bytes are copied from src: addr's own bytes (redo_log_put_data), or others
+ * that recovery must put there (a bulk load's earlier root, runtime.c). */
+static inline void redo_log_put_data_from(log_frame_writer *w, uintptr_t addr, const void *src, uint64_t len)
 {
     log_entry *e = &w->entries[w->n];
     e->addr = LOG_DATA_TAG | addr;
@@ -188,9 +190,14 @@ static inline void redo_log_put_data(log_frame_writer *w, uintptr_t addr, uint64
     __builtin_memcpy(e->data, &len, sizeof len);
     uint64_t slots = LOG_DATA_PAYLOAD_SLOTS(len);
     char *payload = (char *)(e + 1);
-    __builtin_memcpy(payload, (const void *)addr, len);
+    __builtin_memcpy(payload, src, len);
     __builtin_memset(payload + len, 0, slots * sizeof(log_entry) - len);
     w->n += (uint32_t)(1 + slots);
+}
+/* Append one data range: copies len bytes from addr. */
+static inline void redo_log_put_data(log_frame_writer *w, uintptr_t addr, uint64_t len)
+{
+    redo_log_put_data_from(w, addr, (const void *)addr, len);
 }
 /* Seal, flush and sync the frame; publish it to the backend. Only when no
  * sealed frame is waiting for a pipelined sync. */

@@ -17,6 +17,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,6 +200,8 @@ static unsigned n_zero;
 
 static bool capture_zero(const void *addr, size_t len)
 {
+    if (capture_heap_bulk())
+        return true; /* the bulk logs the heap's bytes, these zeros with them */
     if (!mango_capture_active || rt.verify || n_zero == ZERO_RANGES_MAX)
         return false;
     zero_ranges[n_zero].addr = (uintptr_t)addr;
@@ -359,6 +362,14 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
+    int failed = atomic_load_explicit(&rt.failed, memory_order_relaxed);
+    if (__builtin_expect(failed != 0, 0)) {
+        /* It failed during the batch (a bulk load's piece): what the batch
+         * wrote may rest on what was not logged, so none of it is. */
+        dedup_clear(rt.set);
+        n_zero = 0;
+        return failed;
+    }
     dedup_merge_ranges(rt.set);
     uint64_t n = dedup_log_slots(rt.set) + n_zero;
     if (n == 0) {
@@ -896,11 +907,19 @@ int mango_batch_begin(void)
     return rc;
 }
 
+static int bulk_finish(void);
+
 int mango_batch_end(void)
 {
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_end: no batch is open on this thread");
     mango_batch_resume(); /* a paused batch ends like any other */
+    int brc = bulk_finish();
+    if (brc != MANGO_OK) {
+        batch_open_here = false;
+        (void)fc_exclusive_end(rt.fc);
+        return brc;
+    }
     batch_open_here = false;
     return fc_exclusive_end(rt.fc);
 }
@@ -910,6 +929,12 @@ int mango_batch_submit(uint64_t *ticket)
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_submit: no batch is open on this thread");
     mango_batch_resume();
+    int brc = bulk_finish();
+    if (brc != MANGO_OK) {
+        batch_open_here = false;
+        (void)fc_exclusive_end(rt.fc);
+        return brc;
+    }
     batch_open_here = false;
     rt.defer_commit = true; /* read and cleared by batch_end, under the write side */
     last_ticket_here = 0;
@@ -1019,6 +1044,149 @@ int mango_batch_resume(void)
         mango_capture_active = true;
         split_alloc_rw_thread = true;
     }
+    return MANGO_OK;
+}
+
+/* ---- Bulk loading (mango_batch_bulk_begin / _end) ----
+ *
+ * While on, heap stores are not captured (capture_set_heap_bulk). At the end
+ * the heap is logged as it is: [old_top, new_top), carved during the bulk,
+ * in pieces that are committed as frames of their own, synchronously, before
+ * the batch; [0, old_top) with the batch, as one data range. Recovery from
+ * any point before the batch is durable must find the state of bulk_begin:
+ *   - the pieces lie at or above old_top, where that state's heap has
+ *     nothing (recovery restores the heap up to its top; the allocator
+ *     carves past it), and [0, old_top), the root included, is untouched
+ *     until the batch;
+ *   - but that state's allocator takes the space at or above its hwm for
+ *     zero, in memory and in the pool (dheap_calloc logs nothing there), and
+ *     the pieces make it non-zero in the pool. So the first piece's frame
+ *     also carries the root as it was at bulk_begin (root_then, durable:
+ *     bulk_begin committed the batch so far) with hwm raised past every
+ *     piece: that state's callocs there then zero and log.
+ * The batch itself carries the real root (with the allocator's own hwm),
+ * so the state after it is the allocator's, exact. */
+static struct {
+    bool on;             /* between bulk_begin and bulk_finish */
+    bool active;         /* durable mode, not verifying: capture is really off */
+    uint64_t old_top;    /* the heap's top at bulk_begin */
+    dheap_root root_then;
+    long kill_after;     /* MANGO_TEST_BULK_KILL_AFTER, -1: off */
+    uint64_t pieces;     /* committed so far by this bulk */
+} bulk = {.kill_after = -1};
+
+static void bulk_test_kill(uint64_t pieces_done)
+{
+    if (bulk.kill_after >= 0 && pieces_done >= (uint64_t)bulk.kill_after) {
+        fprintf(stderr, "mangosteen: TEST HOOK MANGO_TEST_BULK_KILL_AFTER: SIGKILL after %llu pieces\n",
+                (unsigned long long)pieces_done);
+        raise(SIGKILL);
+    }
+}
+
+int mango_batch_bulk_begin(void)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_bulk_begin: no batch is open on this thread");
+    if (bulk.on)
+        return mango_error(MANGO_EINVAL, "mango_batch_bulk_begin: the batch is already in a bulk load");
+    if (rt.durable && !mango_capture_active)
+        return mango_error(MANGO_EINVAL, "mango_batch_bulk_begin: the batch is paused (resume it first)");
+    bulk.active = rt.durable && !rt.verify;
+    bulk.pieces = 0;
+    const char *k = getenv("MANGO_TEST_BULK_KILL_AFTER");
+    bulk.kill_after = k && *k ? strtol(k, NULL, 10) : -1;
+    if (bulk.active) {
+        /* What the batch wrote so far becomes durable now, so that the root
+         * in memory is the durable one (root_then). Its replies' ticket is
+         * then durable too: everything they reported is. */
+        int rc = batch_end_commit(NULL, NULL);
+        if (rc != MANGO_OK)
+            return rc;
+        rc = batch_begin(NULL, 0);
+        if (rc != MANGO_OK)
+            return rc;
+        memcpy(&bulk.root_then, rt.heap, sizeof bulk.root_then);
+        bulk.old_top = bulk.root_then.top;
+        capture_set_heap_bulk(true);
+        bulk_test_kill(0);
+    }
+    bulk.on = true;
+    return MANGO_OK;
+}
+
+/* One piece [lo, hi) of the heap as a frame of its own, with root_then
+ * (hwm raised) in the first. Synchronous; no ticket: the batch's replies
+ * wait for the batch. */
+static int bulk_commit_piece(uint64_t lo, uint64_t hi, bool first, uint64_t hwm)
+{
+    dheap_root root = bulk.root_then;
+    if (root.hwm && root.hwm < hwm)
+        root.hwm = hwm;
+    uint64_t n = LOG_DATA_PAYLOAD_SLOTS(hi - lo) + 1;
+    if (first)
+        n += LOG_DATA_PAYLOAD_SLOTS(sizeof root) + 1;
+    log_frame_writer w;
+    int rc = redo_log_reserve(&rt.log, (uint32_t)n, &w);
+    if (rc != MANGO_OK)
+        return fail(rc);
+    if (first)
+        redo_log_put_data_from(&w, (uintptr_t)rt.heap, &root, sizeof root);
+    redo_log_put_data(&w, (uintptr_t)rt.heap + lo, hi - lo);
+    rc = redo_log_commit(&rt.log, &w);
+    if (rc != MANGO_OK)
+        return fail(rc);
+    rt.batches++;
+    rt.commit_syncs++;
+    rt.log_bytes += w.bytes;
+    rt.log_data_ranges += first ? 2 : 1;
+    rt.log_data_bytes += hi - lo + (first ? sizeof root : 0);
+    backend_notify(&rt.backend);
+    return MANGO_OK;
+}
+
+int mango_batch_bulk_end(void)
+{
+    if (!batch_open_here)
+        return mango_error(MANGO_EINVAL, "mango_batch_bulk_end: no batch is open on this thread");
+    if (!bulk.on)
+        return mango_error(MANGO_EINVAL, "mango_batch_bulk_end: the batch is not in a bulk load");
+    return bulk_finish();
+}
+
+/* Ends the bulk, if one is on (see above); the batch stays open. */
+static int bulk_finish(void)
+{
+    if (!bulk.on)
+        return MANGO_OK;
+    bulk.on = false;
+    if (!bulk.active)
+        return MANGO_OK;
+    capture_set_heap_bulk(false);
+    const dheap_root *now = rt.heap;
+    uint64_t new_top = now->top, hwm = now->hwm;
+    int rc = drain_pipeline(); /* redo_log_commit: nothing sealed may wait */
+    if (rc != MANGO_OK)
+        return rc;
+    /* A quarter of the log a piece: the backend applies one while the next
+     * is written. */
+    uint64_t piece = ((uint64_t)redo_log_max_entries(&rt.log) / 2 - 8) * sizeof(log_entry);
+    piece &= ~(uint64_t)4095;
+    if (piece < 4096)
+        piece = 4096;
+    for (uint64_t lo = bulk.old_top; lo < new_top; lo += piece) {
+        uint64_t hi = new_top - lo > piece ? lo + piece : new_top;
+        rc = bulk_commit_piece(lo, hi, lo == bulk.old_top, hwm);
+        if (rc != MANGO_OK)
+            return rc;
+        bulk_test_kill(++bulk.pieces);
+    }
+    /* The heap below old_top (the root with it), with the batch. */
+    uint64_t below = bulk.old_top < new_top ? bulk.old_top : new_top;
+    bool active = mango_capture_active;
+    mango_capture_active = true;
+    mango_capture(rt.heap, (size_t)below);
+    mango_capture_active = active;
     return MANGO_OK;
 }
 

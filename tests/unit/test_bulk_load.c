@@ -1,0 +1,435 @@
+/* test_bulk_load.c -- mango_batch_bulk_begin / _end (include/mango.h):
+ * a batch fills the heap without capturing its stores, and the end logs the
+ * heap in pieces, then the batch. What must hold:
+ *   - the loaded state (lists of nodes of many sizes, frees among them, a
+ *     fresh calloc'ed table written sparsely, .data/.bss stores) survives a
+ *     restart, with the heap's own check passing, and the bulk's log is
+ *     about the heap's size, in several pieces;
+ *   - atomicity: killed after bulk_begin's commit, or after piece 1, 2 or
+ *     the last but one, a restart finds the state of before the bulk,
+ *     exactly, with a heap that passes its check;
+ *   - that state's allocator is not fooled by the pieces: a large calloc
+ *     carved where the pieces wrote (above the old top) is zero, in memory
+ *     and after another restart (the first piece raises the durable root's
+ *     high-water mark; without it the pool keeps the pieces' bytes there);
+ *   - kill loop in sim mode (which drops everything not synced): SIGKILL at
+ *     random moments of a load; the state is before or after, never between,
+ *     and never before once the load was acknowledged;
+ *   - misuse: begin without a batch, twice, on a paused batch, end without
+ *     begin: MANGO_EINVAL.
+ * Usage: test_bulk_load [child MODE POOL FD | load MODE POOL | verify[-phase] MODE POOL MIN]
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "alloc/durable_heap.h"
+#include "mango.h"
+
+#include "check.h"
+#include "kill_child.h"
+#include "test_config.h"
+
+#define BEFORE_NODES 200
+#define LOAD_NODES 24000    /* about 12 MiB with the table: ~12 pieces of a 4 MiB log */
+#define TABLE (3u << 20)    /* calloc'ed fresh inside the load */
+#define PROBE (6u << 20)    /* calloc'ed after a recovery to the state before */
+
+typedef struct node {
+    struct node *next;
+    uint64_t i, len;
+    unsigned char bytes[]; /* len bytes of pattern(i) */
+} node;
+
+typedef struct state {
+    uint64_t phase;      /* 1: before list made; 2: loaded */
+    node *before;        /* BEFORE_NODES nodes */
+    node *load;          /* the load's list (after the frees) */
+    uint64_t load_count, load_sum;
+    unsigned char *table;
+    unsigned char *probe; /* verify's calloc, checked by a second verify */
+} state;
+static state *st;
+static uint64_t bss_marker; /* a .data/.bss store inside the bulk (captured as usual) */
+
+static unsigned char pattern(uint64_t i, uint64_t k) { return (unsigned char)(i * 131 + k * 7 + 1); }
+static uint64_t node_len(uint64_t i) { return 24 + (i * 97) % 1000 + (i % 50 == 0 ? 6000 : 0); }
+
+static void init_state(void *arg)
+{
+    (void)arg;
+    st = calloc(1, sizeof *st);
+    mango_capture(&st, sizeof st);
+    mango_capture(st, sizeof *st);
+}
+static bool is_ro(void *c) { (void)c; return true; }
+static void nop(void *c) { (void)c; }
+
+static mango_persist_mode parse_mode(const char *m)
+{
+    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS
+           : strcmp(m, "sim") == 0 ? MANGO_PERSIST_SIM
+                                   : MANGO_PERSIST_EMULATED;
+}
+
+static int start(const char *pool, const char *mode)
+{
+    mango_config cfg;
+    small_test_config(&cfg, pool, parse_mode(mode));
+    cfg.pool_size = 96u << 20;
+    cfg.log_size = 4u << 20;
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = nop, .init_state = init_state};
+    return mango_init(&cfg, &cb);
+}
+
+static node *new_node(uint64_t i)
+{
+    uint64_t len = node_len(i);
+    node *n = malloc(sizeof *n + len);
+    if (!n)
+        return NULL;
+    n->i = i;
+    n->len = len;
+    n->next = NULL;
+    for (uint64_t k = 0; k < len; k++)
+        n->bytes[k] = pattern(i, k);
+    return n;
+}
+
+/* Batch 1: the state before the bulk (captured as usual). */
+static int make_before(void)
+{
+    if (mango_batch_begin() != MANGO_OK)
+        return 1;
+    node *head = NULL;
+    for (uint64_t i = 0; i < BEFORE_NODES; i++) {
+        node *n = new_node(1000000 + i);
+        if (!n)
+            return 1;
+        mango_capture(n, sizeof *n + n->len);
+        n->next = head;
+        mango_capture(&n->next, sizeof n->next);
+        head = n;
+    }
+    st->before = head;
+    st->phase = 1;
+    mango_capture(st, sizeof *st);
+    return mango_batch_end() == MANGO_OK ? 0 : 1;
+}
+
+/* Batch 2: the bulk. No heap store is captured here on purpose: the bulk
+ * must log them all by itself. */
+static int make_load(void)
+{
+    if (mango_batch_begin() != MANGO_OK)
+        return 1;
+    if (mango_batch_bulk_begin() != MANGO_OK)
+        return 1;
+    node *head = NULL, *prev = NULL;
+    uint64_t count = 0, sum = 0;
+    for (uint64_t i = 0; i < LOAD_NODES; i++) {
+        node *n = new_node(i);
+        if (!n)
+            return 1;
+        if (i % 7 == 3 && prev) { /* free some: the free lists change too */
+            free(prev);
+            prev = NULL;
+            continue;
+        }
+        if (prev) {
+            prev->next = head;
+            head = prev;
+        }
+        prev = n;
+    }
+    if (prev) {
+        prev->next = head;
+        head = prev;
+    }
+    for (node *n = head; n; n = n->next) {
+        count++;
+        sum += n->i * 31 + n->len;
+    }
+    unsigned char *t = calloc(1, TABLE);
+    if (!t)
+        return 1;
+    for (uint64_t k = 0; k < TABLE; k += 4099)
+        t[k] = pattern(k, 3);
+    st->table = t;
+    st->load = head;
+    st->load_count = count;
+    st->load_sum = sum;
+    st->phase = 2;
+    bss_marker = sum;
+    mango_capture(&bss_marker, sizeof bss_marker);
+    mango_stats s0, s1;
+    mango_get_stats(&s0);
+    if (mango_batch_bulk_end() != MANGO_OK)
+        return 1;
+    mango_get_stats(&s1);
+    int rc = mango_batch_end() == MANGO_OK ? 0 : 1;
+    printf("bulk: %llu pieces, %llu log bytes for the pieces\n",
+           (unsigned long long)(s1.batches - s0.batches), (unsigned long long)(s1.log_bytes - s0.log_bytes));
+    return rc;
+}
+
+/* The recovered state: 0 or why not. */
+static const char *state_problem(uint64_t min_phase)
+{
+    static char why[160];
+    if (dheap_check() != 0)
+        return "the heap's check failed";
+    if (st->phase < 1 || st->phase > 2 || st->phase < min_phase) {
+        snprintf(why, sizeof why, "phase %llu (at least %llu expected)", (unsigned long long)st->phase,
+                 (unsigned long long)min_phase);
+        return why;
+    }
+    uint64_t nb = 0;
+    for (node *n = st->before; n; n = n->next, nb++)
+        for (uint64_t k = 0; k < n->len; k++)
+            if (n->len != node_len(n->i) || n->bytes[k] != pattern(n->i, k))
+                return "a node of the list from before the bulk changed";
+    if (nb != BEFORE_NODES)
+        return "the list from before the bulk lost nodes";
+    if (st->phase == 1) {
+        if (st->load || st->table || st->load_count || bss_marker)
+            return "phase 1 with a part of the load";
+        return NULL;
+    }
+    uint64_t count = 0, sum = 0;
+    for (node *n = st->load; n; n = n->next) {
+        count++;
+        sum += n->i * 31 + n->len;
+        if (n->len != node_len(n->i))
+            return "a loaded node's length";
+        for (uint64_t k = 0; k < n->len; k++)
+            if (n->bytes[k] != pattern(n->i, k))
+                return "a loaded node's bytes";
+    }
+    if (count != st->load_count || sum != st->load_sum || bss_marker != sum) {
+        snprintf(why, sizeof why, "load: %llu nodes sum %llu, recorded %llu / %llu, .bss %llu",
+                 (unsigned long long)count, (unsigned long long)sum, (unsigned long long)st->load_count,
+                 (unsigned long long)st->load_sum, (unsigned long long)bss_marker);
+        return why;
+    }
+    for (uint64_t k = 0; k < TABLE; k++)
+        if (st->table[k] != (k % 4099 == 0 ? pattern(k, 3) : 0))
+            return "the load's calloc'ed table";
+    return NULL;
+}
+
+static const char *probe_problem(void)
+{
+    if (!st->probe)
+        return NULL;
+    if (st->probe[0] != 0xAB)
+        return "the probe's marker";
+    for (uint64_t k = 1; k < PROBE; k++)
+        if (st->probe[k]) {
+            static char why[96];
+            snprintf(why, sizeof why, "the probe (a calloc) has byte %llu = %u after a restart",
+                     (unsigned long long)k, st->probe[k]);
+            return why;
+        }
+    return NULL;
+}
+
+/* `verify MODE POOL MIN`: recover; the state must be whole, at phase MIN or
+ * later. Back at phase 1 for the first time, calloc the probe (it must be
+ * zero) for the next verify to check. Exit 0, 1 (wrong), 2 (no pool). */
+static int verify_main(const char *mode, const char *pool, uint64_t min_phase)
+{
+    if (start(pool, mode) != MANGO_RECOVERED)
+        return 2;
+    const char *why = state_problem(min_phase);
+    if (!why)
+        why = probe_problem();
+    if (why) {
+        fprintf(stderr, "verify: %s\n", why);
+        return 1;
+    }
+    printf("verify: phase %llu%s\n", (unsigned long long)st->phase, st->probe ? ", probe zero" : "");
+    if (st->phase == 1 && !st->probe) {
+        if (mango_batch_begin() != MANGO_OK)
+            return 1;
+        unsigned char *p = calloc(1, PROBE);
+        for (uint64_t k = 0; p && k < PROBE; k++)
+            if (p[k]) {
+                fprintf(stderr, "verify: a fresh calloc has byte %llu = %u\n", (unsigned long long)k, p[k]);
+                return 1;
+            }
+        if (!p)
+            return 1;
+        p[0] = 0xAB;
+        mango_capture(p, 1);
+        st->probe = p;
+        mango_capture(&st->probe, sizeof st->probe);
+        if (mango_batch_end() != MANGO_OK)
+            return 1;
+    }
+    return mango_shutdown() == MANGO_OK ? 0 : 1;
+}
+
+/* `load MODE POOL`: the before batch (if not there yet), then the load. The
+ * kill hook (MANGO_TEST_BULK_KILL_AFTER) may end it. */
+static int load_main(const char *mode, const char *pool)
+{
+    int s = start(pool, mode);
+    if (s != MANGO_FRESH && s != MANGO_RECOVERED)
+        return 1;
+    if (st->phase == 0 && make_before() != 0)
+        return 1;
+    if (make_load() != 0)
+        return 1;
+    return mango_shutdown() == MANGO_OK ? 0 : 1;
+}
+
+/* `child MODE POOL FD` (kill loop): report 1 once the before batch is
+ * durable and 2 once the load is, then idle until killed. */
+static int child_main(const char *mode, const char *pool, int fd)
+{
+    int s = start(pool, mode);
+    if (s != MANGO_FRESH && s != MANGO_RECOVERED)
+        return 1;
+    if (st->phase == 0 && make_before() != 0)
+        return 1;
+    uint64_t v = 1;
+    if (write(fd, &v, sizeof v) != sizeof v)
+        return 1;
+    if (st->phase < 2 && make_load() != 0)
+        return 1;
+    v = 2;
+    if (write(fd, &v, sizeof v) != sizeof v)
+        return 1;
+    for (;;)
+        pause();
+}
+
+static int run_self(const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", "test_bulk_load", a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void remove_pool(const char *pool)
+{
+    char big[600];
+    snprintf(big, sizeof big, "%s.bigbatch", pool);
+    unlink(pool);
+    unlink(big);
+}
+
+/* A load killed by the hook at `kill_after` (-1: not killed): what the
+ * restarts must find. */
+static void kill_point(const char *mode, const char *pool, int kill_after)
+{
+    remove_pool(pool);
+    char n[16];
+    snprintf(n, sizeof n, "%d", kill_after);
+    if (kill_after >= 0)
+        setenv("MANGO_TEST_BULK_KILL_AFTER", n, 1);
+    int rc = run_self("load", mode, pool, "-");
+    unsetenv("MANGO_TEST_BULK_KILL_AFTER");
+    printf("%s, kill after piece %d: load exit %d\n", mode, kill_after, rc);
+    CHECK(kill_after >= 0 ? rc == 128 + SIGKILL : rc == 0);
+    const char *want = kill_after >= 0 ? "1" : "2";
+    CHECK(run_self("verify", mode, pool, want) == 0);
+    if (kill_after >= 0) {
+        /* The probe: calloc'ed by that verify over the pieces' bytes, still
+         * zero after this restart; then the load runs to its end. */
+        CHECK(run_self("verify", mode, pool, "1") == 0);
+        CHECK(run_self("load", mode, pool, "-") == 0);
+        CHECK(run_self("verify", mode, pool, "2") == 0);
+    }
+}
+
+static void misuse(const char *pool)
+{
+    remove_pool(pool);
+    CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* before mango_init */
+    int s = start(pool, "emulated");
+    CHECK(s == MANGO_FRESH);
+    if (s != MANGO_FRESH)
+        return;
+    CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* no batch */
+    CHECK(mango_batch_bulk_end() == MANGO_EINVAL);
+    CHECK(mango_batch_begin() == MANGO_OK);
+    CHECK(mango_batch_bulk_end() == MANGO_EINVAL); /* not begun */
+    CHECK(mango_batch_pause() == MANGO_OK);
+    CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* paused */
+    CHECK(mango_batch_resume() == MANGO_OK);
+    CHECK(mango_batch_bulk_begin() == MANGO_OK);
+    CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* twice */
+    /* Ends with the batch (no bulk_end): the heap stores are still logged. */
+    st->phase = 7;
+    CHECK(mango_batch_end() == MANGO_OK);
+    CHECK(mango_batch_bulk_end() == MANGO_EINVAL); /* the batch is gone */
+    CHECK(mango_shutdown() == MANGO_OK);
+    CHECK(run_self("verify", "emulated", pool, "0") == 1); /* phase 7 is no valid phase ... */
+    s = start(pool, "emulated");
+    CHECK(s == MANGO_RECOVERED && st->phase == 7); /* ... but it was kept */
+    CHECK(mango_shutdown() == MANGO_OK);
+}
+
+static void kill_loop(const char *pool, int rounds)
+{
+    int found[3] = {0, 0, 0};
+    for (int r = 0; r < rounds; r++) {
+        remove_pool(pool);
+        uint64_t acked = 0;
+        CHECK(kill_child_round("test_bulk_load", "sim", pool, 1, 120, &acked));
+        char min[8];
+        snprintf(min, sizeof min, "%llu", (unsigned long long)acked);
+        int v = run_self("verify-phase", "sim", pool, min);
+        if (v == 2 && acked == 0)
+            continue; /* killed before the pool was made */
+        CHECK(v == 21 || v == 22);
+        if (v == 21 || v == 22)
+            found[v - 20]++;
+        if (v == 21) /* the probe, calloc'ed over the pieces' bytes */
+            CHECK(run_self("verify", "sim", pool, "1") == 0);
+    }
+    printf("sim kill loop: %d rounds, recovered before the load %d, after it %d\n", rounds, found[1], found[2]);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 5 && strcmp(argv[1], "child") == 0)
+        return child_main(argv[2], argv[3], atoi(argv[4]));
+    if (argc >= 4 && strcmp(argv[1], "load") == 0)
+        return load_main(argv[2], argv[3]);
+    if (argc >= 5 && strcmp(argv[1], "verify") == 0)
+        return verify_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (argc >= 5 && strcmp(argv[1], "verify-phase") == 0) { /* as verify, 20 + phase for 0 */
+        int rc = verify_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+        return rc == 0 ? 20 + (int)st->phase : rc;
+    }
+    char pool[512];
+    snprintf(pool, sizeof pool, "/tmp/mango_test_bulk_load_%d.pool", (int)getpid());
+    srand((unsigned)getpid());
+
+    misuse(pool);
+    kill_point("emulated", pool, -1);
+    kill_point("emulated", pool, 0);
+    kill_point("emulated", pool, 1);
+    kill_point("emulated", pool, 2);
+    kill_point("sim", pool, 1);
+    kill_point("sim", pool, 9);
+    kill_point("fs", pool, -1);
+    kill_point("fs", pool, 3);
+    kill_loop(pool, 16);
+    remove_pool(pool);
+    return check_report("test_bulk_load");
+}
