@@ -1034,10 +1034,14 @@ static void recount_used_memory(void)
  * A new pool next to an RDB file (a dump.rdb from stock Redis, or from SAVE)
  * imports it at the first start, before the first client: the way to move an
  * existing dataset in. The keys are loaded by Redis's own rdbLoad() inside a
- * write section, which is committed every time its batch holds a quarter of
- * what a log frame can take (rdbLoadProgressCallback calls
- * mangoLoadingProgress), so neither the dedup set nor a big-batch file grows
- * with the file. The pool records the import's state durably:
+ * write section, as a bulk load (mango_batch_bulk_begin): the heap's stores
+ * are not captured one by one, and at the end the heap is logged in pieces
+ * of a quarter of the log, then the batch. With MANGO_REDIS_IMPORT_BULK=0
+ * every store is captured instead, and the write section is committed every
+ * time its batch holds a quarter of what a log frame can take
+ * (rdbLoadProgressCallback calls mangoLoadingProgress). Either way neither
+ * the dedup set nor a big-batch file grows with the file. The pool records
+ * the import's state durably:
  *   - RUNNING, committed before the first key: a start that stops in the
  *     middle (killed, out of memory, a damaged file) leaves a pool holding a
  *     part of the file; every later start refuses it with a message, never
@@ -1055,12 +1059,14 @@ static int durable_import_state;
 static long long durable_import_file_bytes;
 /* Transient. */
 static int importing;
+static int import_bulk; /* the default; MANGO_REDIS_IMPORT_BULK=0: chunked */
 static size_t import_next_check, import_next_events;
 static long long import_events_interval; /* loading-process-events-interval-bytes, taken over */
 static uint64_t import_batches, import_t0, import_last_report;
 /* Test hook (redis/tests): MANGO_REDIS_TEST_IMPORT_KILL_AFTER=N sends the
- * server SIGKILL right after the import's N-th intermediate batch, as a kill
- * at that moment would. */
+ * server SIGKILL right after the chunked import's N-th intermediate batch, as
+ * a kill at that moment would (a bulk import: MANGO_TEST_BULK_KILL_AFTER, the
+ * runtime's, after its N-th piece). */
 static long test_import_kill_after = -1;
 
 /* What rdbLoadProgressCallback does every loading-process-events-interval-
@@ -1099,9 +1105,9 @@ void mangoLoadingProgress(size_t processed_bytes)
                   durable_import_file_bytes, mango_pool_path());
         exit(1);
     }
-    uint64_t used, cap;
-    mango_batch_room(&used, &cap);
-    if (used > cap / 4) {
+    uint64_t used = 0, cap = 0;
+    if (!import_bulk) mango_batch_room(&used, &cap);
+    if (!import_bulk && used > cap / 4) {
         /* The load may stop anywhere, even inside a key: nothing of this
          * batch is served before the import's last batch marks it DONE. */
         int rc = pipelined ? mango_batch_submit(NULL) : mango_batch_end();
@@ -1161,6 +1167,12 @@ static void import_rdb_file(const struct stat *st)
     import_next_events = (size_t)import_events_interval;
     server.loading_process_events_interval_bytes = 0;
     mangoWriteBegin();
+    const char *bulk_env = getenv("MANGO_REDIS_IMPORT_BULK");
+    import_bulk = !(bulk_env && strcmp(bulk_env, "0") == 0);
+    if (import_bulk) {
+        int rc = mango_batch_bulk_begin();
+        if (rc != MANGO_OK) die("importing the RDB file: mango_batch_bulk_begin", rc);
+    }
     rdbSaveInfo rsi = RDB_SAVE_INFO_INIT;
     errno = 0;
     /* Not loadDataFromDisk(): it would make a replication backlog (transient
@@ -1173,6 +1185,13 @@ static void import_rdb_file(const struct stat *st)
     }
     importing = 0;
     server.loading_process_events_interval_bytes = import_events_interval;
+    if (import_bulk) {
+        uint64_t t_bulk = monotonic_ns();
+        int rc = mango_batch_bulk_end();
+        if (rc != MANGO_OK) die("importing the RDB file: logging the loaded heap (mango_batch_bulk_end)", rc);
+        serverLog(LL_NOTICE, "Mangosteen: importing %s: the file is loaded (%.2f s); its heap was logged in %.2f s",
+                  server.rdb_filename, (double)(t_bulk - import_t0) / 1e9, (double)(monotonic_ns() - t_bulk) / 1e9);
+    }
     /* Function libraries in the file were loaded into the engine: keep their
      * source in the pool, as FUNCTION LOAD does. */
     mangoFunctionsSave();
@@ -1181,9 +1200,12 @@ static void import_rdb_file(const struct stat *st)
     commit_sync();
     long long keys = 0;
     for (int j = 0; j < server.dbnum; j++) keys += dictSize(server.db[j].dict);
-    serverLog(LL_NOTICE, "Mangosteen: imported %s into the pool: %lld keys, %llu batches, %.2f s; the pool is the "
-              "dataset from now on (the file is no longer read)", server.rdb_filename, keys,
-              (unsigned long long)import_batches + 1, (double)(monotonic_ns() - import_t0) / 1e9);
+    char how[48];
+    if (import_bulk) snprintf(how, sizeof how, "a bulk load");
+    else snprintf(how, sizeof how, "%llu batches", (unsigned long long)import_batches + 1);
+    serverLog(LL_NOTICE, "Mangosteen: imported %s into the pool: %lld keys, %s, %.2f s; the pool is the "
+              "dataset from now on (the file is no longer read)", server.rdb_filename, keys, how,
+              (double)(monotonic_ns() - import_t0) / 1e9);
 }
 
 int mangoLoadDataFromDisk(void)

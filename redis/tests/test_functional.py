@@ -888,7 +888,7 @@ def test_rdb_and_aof_files_next_to_a_pool(srv):
     assert r.get("in-rdb") == b"1" and r.get("deleted-after-save") == b"x" and r.exists("after-save") == 0
 
 
-IMPORTED = re.compile(r"Mangosteen: imported dump\.rdb into the pool: (\d+) keys, (\d+) batches")
+IMPORTED = re.compile(r"Mangosteen: imported dump\.rdb into the pool: (\d+) keys, (a bulk load|(\d+) batches)")
 UNFINISHED = "holds an unfinished import of an RDB file"
 
 
@@ -912,16 +912,21 @@ def save_rdb_and_remove_pool(s):
     assert os.path.exists(os.path.join(s.dir, "dump.rdb"))
 
 
-@pytest.mark.parametrize("mode", ["emulated", "fs", "sim"])
-def test_a_new_pool_imports_an_rdb_file(server_factory, mode):
+@pytest.mark.parametrize("mode,how", [("emulated", "bulk"), ("fs", "bulk"), ("sim", "bulk"), ("fs", "chunked"),
+                                      ("sim", "chunked")])
+def test_a_new_pool_imports_an_rdb_file(server_factory, mode, how):
     """Moving a dataset in: a new pool next to a dump.rdb imports it at its
-    first start, before it answers, in batches (the 8 MiB log here makes
-    several), and every later start recovers the pool and leaves the file
-    alone. Every type, TTLs, 16 databases, a function library and 100 000
-    more keys come through exactly (snapshot and DEBUG DIGEST), and survive a
-    kill -9 right after the import (in sim mode, a simulated power failure:
-    what was not synced is lost)."""
-    s = server_factory(mode, env={"MANGO_LOG_SIZE": "8M"})
+    first start, before it answers, as a bulk load (the heap logged in pieces
+    of a quarter of the 8 MiB log here) or, with MANGO_REDIS_IMPORT_BULK=0,
+    in batches of captured stores, and every later start recovers the pool
+    and leaves the file alone. Every type, TTLs, 16 databases, a function
+    library and 100 000 more keys come through exactly (snapshot and DEBUG
+    DIGEST), and survive a kill -9 right after the import (in sim mode, a
+    simulated power failure: what was not synced is lost)."""
+    env = {"MANGO_LOG_SIZE": "8M"}
+    if how == "chunked":
+        env["MANGO_REDIS_IMPORT_BULK"] = "0"
+    s = server_factory(mode, env=env)
     facts = load_core(s)
     r = s.client()
     assert r.execute_command("FUNCTION", "LOAD", LIB_INCR) == b"counter"
@@ -935,7 +940,13 @@ def test_a_new_pool_imports_an_rdb_file(server_factory, mode):
     assert s.start() == "FRESH"
     m = IMPORTED.search(s.logtext())
     assert m, s.logtext()[-2000:]
-    assert int(m.group(1)) == keys and int(m.group(2)) > 1, m.group(0)
+    assert int(m.group(1)) == keys, m.group(0)
+    if how == "chunked":
+        assert m.group(3) and int(m.group(3)) > 1, m.group(0)
+    else:
+        assert m.group(2) == "a bulk load", m.group(0)
+        logged = re.search(r"the file is loaded \(([\d.]+) s\); its heap was logged in ([\d.]+) s", s.logtext())
+        assert logged, s.logtext()[-2000:]
     assert_same(string_encodings_dropped(before), string_encodings_dropped(snapshot(s, skip_dbs=(9,))),
                 f"imported ({mode})")
     r = s.client()
@@ -1028,13 +1039,19 @@ def test_clients_are_answered_during_an_import(server_factory):
     assert r.dbsize() == 600000 and r.exists("dbg:3") == 0
 
 
-def test_an_import_that_stops_is_never_served(server_factory):
+@pytest.mark.parametrize("how", ["bulk", "chunked"])
+def test_an_import_that_stops_is_never_served(server_factory, how):
     """An import that stops before its end leaves a pool with a part of the
-    file: killed in the middle (a test hook sends SIGKILL after the second
-    batch), a damaged file, a heap too small for the keys. Each time that
-    start exits, and every later start on that pool refuses it with a message
-    (never serves the part as the dataset). A new pool imports the file."""
-    s = server_factory("fs", env={"MANGO_LOG_SIZE": "8M"})
+    file (chunked) or nothing of it (bulk): killed in the middle (a test hook
+    sends SIGKILL after the second batch, or the bulk's second piece), a
+    damaged file, a heap too small for the keys. Each time that start exits,
+    and every later start on that pool refuses it with a message (never
+    serves the part, or the empty pool, as the dataset). A new pool imports
+    the file."""
+    env = {"MANGO_LOG_SIZE": "8M"}
+    if how == "chunked":
+        env["MANGO_REDIS_IMPORT_BULK"] = "0"
+    s = server_factory("fs", env=env)
     r = s.client()
     assert r.execute_command("DEBUG", "POPULATE", 200000, "pop", 100) in (b"OK", "OK", True)
     digest = r.execute_command("DEBUG", "DIGEST")
@@ -1051,9 +1068,11 @@ def test_an_import_that_stops_is_never_served(server_factory):
             assert rc == 1 and UNFINISHED in log, (rc, log[-1500:])
         os.unlink(s.pool)
 
-    s.env["MANGO_REDIS_TEST_IMPORT_KILL_AFTER"] = "2"
-    refused_twice(-signal.SIGKILL, "SIGKILL after 2 batches of the import")
-    del s.env["MANGO_REDIS_TEST_IMPORT_KILL_AFTER"]
+    hook = "MANGO_REDIS_TEST_IMPORT_KILL_AFTER" if how == "chunked" else "MANGO_TEST_BULK_KILL_AFTER"
+    s.env[hook] = "2"
+    refused_twice(-signal.SIGKILL, "SIGKILL after 2 batches of the import" if how == "chunked"
+                  else "SIGKILL after 2 pieces")
+    del s.env[hook]
     with open(rdb, "wb") as f:
         f.write(whole[:len(whole) // 2])
     refused_twice(1, "Unexpected EOF reading RDB file")
