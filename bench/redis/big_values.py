@@ -103,9 +103,7 @@ def main():
         if s not in ("durable-emulated", "durable-fs", "durable-fs-blocks", "stock-none", "stock-aof-always",
                      "stock-aof-everysec"):
             p.error("unknown system %r" % s)
-    args.out = os.path.abspath(args.out)  # the servers chdir into their --dir
-    os.makedirs(args.out, exist_ok=True)
-    workdir = os.path.join(args.out, "work")
+    workdir = rb.out_workdir(args)
     rows, failed = [], 0
     for system in args.systems:
         srv = rb.Server(args, system, workdir, "big")

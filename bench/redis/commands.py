@@ -131,9 +131,7 @@ def main():
         rb.log("missing: %s (redis-benchmark and redis-server come with apt-get install redis-server; "
                "the durable server with the redis-durable target)" % ", ".join(missing))
         return 77
-    args.out = os.path.abspath(args.out)  # the servers chdir into their --dir
-    os.makedirs(args.out, exist_ok=True)
-    workdir = os.path.join(args.out, "work")
+    workdir = rb.out_workdir(args)
     rows, failed = [], 0
     t_start = time.monotonic()
     n = len(args.systems)

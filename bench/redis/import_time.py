@@ -132,9 +132,7 @@ def main():
         rb.log("missing: %s (stock Redis: apt-get install redis-server; the durable server: the redis-durable "
                "target)" % ", ".join(missing))
         return 77
-    args.out = os.path.abspath(args.out)  # the servers chdir into their --dir
-    os.makedirs(args.out, exist_ok=True)
-    workdir = os.path.join(args.out, "work")
+    workdir = rb.out_workdir(args)
     os.makedirs(workdir, exist_ok=True)
     t_start = time.monotonic()
     rb.log("making the RDB file: %d keys of %d bytes" % (args.keys, args.value_size))

@@ -296,6 +296,14 @@ class Server:
             self.remove_files()
 
 
+def out_workdir(args):
+    """Makes args.out absolute (the servers chdir into their --dir) and
+    creates it; returns the folder for the servers' files inside it."""
+    args.out = os.path.abspath(args.out)
+    os.makedirs(args.out, exist_ok=True)
+    return os.path.join(args.out, "work")
+
+
 def remove_pool_dirs(args):
     """The per-process folders Server puts pools and AOFs in (fs and shm)."""
     for base in (args.fs_dir, args.shm_dir):

@@ -66,13 +66,6 @@ static void init_state(void *arg)
 static bool is_ro(void *c) { (void)c; return true; }
 static void nop(void *c) { (void)c; }
 
-static mango_persist_mode parse_mode(const char *m)
-{
-    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS
-           : strcmp(m, "sim") == 0 ? MANGO_PERSIST_SIM
-                                   : MANGO_PERSIST_EMULATED;
-}
-
 static int start(const char *pool, mango_persist_mode mode)
 {
     mango_config cfg;
@@ -304,7 +297,7 @@ static int die_after(const char *pool, uint64_t n, const char *cd)
  * its file), 10 refused with a big-batch reason, else a failure. */
 static int verify(const char *mode, const char *pool, uint64_t min, uint64_t max)
 {
-    int rc = start(pool, parse_mode(mode));
+    int rc = start(pool, test_mode_named(mode));
     if (rc == MANGO_EBADPOOL && strstr(mango_last_error(), ".bigbatch")) {
         printf("verify: refused: %s\n", mango_last_error());
         return 10;
@@ -428,7 +421,7 @@ static void relative_path_checks(void)
  * failing. 0 if it failed as it must, naming the file. */
 static int unwritable(const char *pool, const char *mode)
 {
-    if (start(pool, parse_mode(mode)) != MANGO_FRESH)
+    if (start(pool, test_mode_named(mode)) != MANGO_FRESH)
         return 2;
     for (uint64_t k = 1; k <= 2; k++) {
         if (mango_batch_begin() != MANGO_OK)
@@ -483,7 +476,7 @@ static void unwritable_checks(const char *pool, const char *big_path)
 
 static int child(const char *mode, const char *pool, int fd)
 {
-    if (start(pool, parse_mode(mode)) < 0) {
+    if (start(pool, test_mode_named(mode)) < 0) {
         fprintf(stderr, "child: %s\n", mango_last_error());
         return 2;
     }

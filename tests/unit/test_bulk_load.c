@@ -73,17 +73,10 @@ static void init_state(void *arg)
 static bool is_ro(void *c) { (void)c; return true; }
 static void nop(void *c) { (void)c; }
 
-static mango_persist_mode parse_mode(const char *m)
-{
-    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS
-           : strcmp(m, "sim") == 0 ? MANGO_PERSIST_SIM
-                                   : MANGO_PERSIST_EMULATED;
-}
-
 static int start(const char *pool, const char *mode)
 {
     mango_config cfg;
-    small_test_config(&cfg, pool, parse_mode(mode));
+    small_test_config(&cfg, pool, test_mode_named(mode));
     cfg.pool_size = 96u << 20;
     cfg.log_size = 4u << 20;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = nop, .init_state = init_state};
@@ -294,14 +287,21 @@ static int verify_main(const char *mode, const char *pool, uint64_t min_phase)
     return mango_shutdown() == MANGO_OK ? 0 : 1;
 }
 
-/* `load MODE POOL [submit]`: the before batch (if not there yet), then the
- * load. The kill hook (MANGO_TEST_BULK_KILL_AFTER) may end it. */
-static int load_main(const char *mode, const char *pool, bool submit)
+/* Start (fresh or recovered) and make the before batch if it is not there
+ * yet: 0, or 1 on failure. */
+static int start_with_before(const char *mode, const char *pool)
 {
     int s = start(pool, mode);
     if (s != MANGO_FRESH && s != MANGO_RECOVERED)
         return 1;
-    if (st->phase == 0 && make_before() != 0)
+    return st->phase == 0 ? make_before() : 0;
+}
+
+/* `load MODE POOL [submit]`: the before batch (if not there yet), then the
+ * load. The kill hook (MANGO_TEST_BULK_KILL_AFTER) may end it. */
+static int load_main(const char *mode, const char *pool, bool submit)
+{
+    if (start_with_before(mode, pool) != 0)
         return 1;
     if (make_load(submit) != 0)
         return 1;
@@ -312,10 +312,7 @@ static int load_main(const char *mode, const char *pool, bool submit)
  * durable and 2 once the load is, then idle until killed. */
 static int child_main(const char *mode, const char *pool, int fd)
 {
-    int s = start(pool, mode);
-    if (s != MANGO_FRESH && s != MANGO_RECOVERED)
-        return 1;
-    if (st->phase == 0 && make_before() != 0)
+    if (start_with_before(mode, pool) != 0)
         return 1;
     uint64_t v = 1;
     if (write(fd, &v, sizeof v) != sizeof v)
