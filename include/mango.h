@@ -329,6 +329,13 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity);
  * durable (0: after the commit of mango_batch_bulk_begin()). */
 int mango_batch_bulk_begin(void);
 int mango_batch_bulk_end(void);
+/* Called by mango_batch_bulk_end() (or the batch end that ends a bulk) on
+ * its thread after each piece is durable, with the bytes of pieces written
+ * so far and their total: for progress reports and for an event loop that
+ * must keep answering while a large heap is logged (many seconds for
+ * gigabytes in fs mode). The batch is open and may be paused and resumed
+ * inside; the hook must not write durable state. NULL (the default): none. */
+void mango_set_bulk_progress(void (*fn)(void *arg, uint64_t done, uint64_t total), void *arg);
 /* The durable heap: *allocated bytes (allocations with their headers) and
  * its *capacity (fixed when the pool was made); 0 and 0 without a durable
  * mode. An allocation the heap cannot hold fails (malloc returns NULL), so an

@@ -1077,7 +1077,7 @@ static long test_import_kill_after = -1;
  * with LOADING (mangoRefuseCommand). */
 static void serve_during_import(size_t processed_bytes)
 {
-    loadingAbsProgress((off_t)processed_bytes);
+    if (processed_bytes) loadingAbsProgress((off_t)processed_bytes);
     int depth = write_depth;
     mango_batch_pause();
     write_depth = 0;
@@ -1138,6 +1138,22 @@ void mangoLoadingProgress(size_t processed_bytes)
     }
 }
 
+/* mango_set_bulk_progress's hook while the loaded heap is logged (a piece of
+ * a quarter of the log at a time: seconds for a large dataset in fs mode):
+ * clients keep getting LOADING, and the log says where it stands. */
+static void import_bulk_progress(void *arg, uint64_t done, uint64_t total)
+{
+    UNUSED(arg);
+    serve_during_import(0);
+    uint64_t now = monotonic_ns();
+    if (now - import_last_report >= IMPORT_REPORT_NS) {
+        import_last_report = now;
+        serverLog(LL_NOTICE, "Mangosteen: importing %s: logging the loaded heap: %llu of %llu MB (%.0f%%), %.1f s",
+                  server.rdb_filename, (unsigned long long)(done >> 20), (unsigned long long)(total >> 20),
+                  total ? 100.0 * (double)done / (double)total : 100.0, (double)(now - import_t0) / 1e9);
+    }
+}
+
 /* The new pool takes the RDB file's keys (see above); exits on failure. */
 static void import_rdb_file(const struct stat *st)
 {
@@ -1187,7 +1203,21 @@ static void import_rdb_file(const struct stat *st)
     server.loading_process_events_interval_bytes = import_events_interval;
     if (import_bulk) {
         uint64_t t_bulk = monotonic_ns();
+        uint64_t allocated = 0;
+        mango_heap_room(&allocated, NULL);
+        serverLog(LL_NOTICE, "Mangosteen: importing %s: the file is read; logging the loaded heap (%llu MB) to the pool",
+                  server.rdb_filename, (unsigned long long)(allocated >> 20));
+        /* rdbLoad() has ended Redis's loading state: take it up again while
+         * the heap is logged, or the clients served between pieces would run
+         * commands (a write would join the import's batch and be answered
+         * before the import is DONE; whileBlockedCron() asserts on it). */
+        server.loading = 1;
+        blockingOperationStarts();
+        mango_set_bulk_progress(import_bulk_progress, NULL);
         int rc = mango_batch_bulk_end();
+        mango_set_bulk_progress(NULL, NULL);
+        blockingOperationEnds();
+        server.loading = 0;
         if (rc != MANGO_OK) die("importing the RDB file: logging the loaded heap (mango_batch_bulk_end)", rc);
         serverLog(LL_NOTICE, "Mangosteen: importing %s: the file is loaded (%.2f s); its heap was logged in %.2f s",
                   server.rdb_filename, (double)(t_bulk - import_t0) / 1e9, (double)(monotonic_ns() - t_bulk) / 1e9);

@@ -1039,6 +1039,41 @@ def test_clients_are_answered_during_an_import(server_factory):
     assert r.dbsize() == 600000 and r.exists("dbg:3") == 0
 
 
+def test_clients_are_answered_while_the_imported_heap_is_logged(server_factory):
+    """A bulk import logs the loaded heap at the end, a piece of a quarter of
+    the log at a time (with an 8 MiB log in fs mode, dozens of synced pieces:
+    seconds for a large dataset). Clients are answered meanwhile too (the
+    runtime's progress hook runs the event loop between pieces): PING gets
+    LOADING at once, not silence until the end, and the log reports it."""
+    s = server_factory("fs", env={"MANGO_LOG_SIZE": "8M"})
+    assert s.client().execute_command("DEBUG", "POPULATE", 600000, "pop", 100) in (b"OK", "OK", True)
+    save_rdb_and_remove_pool(s)
+    s.runs += 1
+    s.port = free_port()
+    s.log = os.path.join(s.dir, f"server-{s.runs}.log")
+    s.out = os.path.join(s.dir, f"server-{s.runs}.out")
+    with open(s.out, "wb") as out:
+        s.proc = subprocess.Popen(s.argv(s.port), env=s.env, stdin=subprocess.DEVNULL, stdout=out,
+                                  stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while "logging the loaded heap" not in s.logtext():
+        assert s.proc.poll() is None and time.monotonic() < deadline, s.logtext()[-1500:]
+        time.sleep(0.005)
+    r = Redis(host="127.0.0.1", port=s.port, socket_timeout=2)
+    t0 = time.monotonic()
+    with pytest.raises(BusyLoadingError):
+        r.ping()
+    assert time.monotonic() - t0 < 1.5
+    with pytest.raises(BusyLoadingError):  # a write would join the import's batch
+        r.set("during", "x")
+    r.close()
+    assert IMPORTED.search(s.logtext()) is None, "the heap was logged too soon for this test"
+    assert wait_for_ping(s.proc, s.port, timeout=120)
+    assert IMPORTED.search(s.logtext()), s.logtext()[-1500:]
+    r = s.client()
+    assert r.dbsize() == 600000 and r.exists("during") == 0
+
+
 @pytest.mark.parametrize("how", ["bulk", "chunked"])
 def test_an_import_that_stops_is_never_served(server_factory, how):
     """An import that stops before its end leaves a pool with a part of the

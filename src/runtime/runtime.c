@@ -1073,7 +1073,15 @@ static struct {
     dheap_root root_then;
     long kill_after;     /* MANGO_TEST_BULK_KILL_AFTER, -1: off */
     uint64_t pieces;     /* committed so far by this bulk */
+    void (*progress)(void *arg, uint64_t done, uint64_t total); /* mango_set_bulk_progress */
+    void *progress_arg;
 } bulk = {.kill_after = -1};
+
+void mango_set_bulk_progress(void (*fn)(void *arg, uint64_t done, uint64_t total), void *arg)
+{
+    bulk.progress = fn;
+    bulk.progress_arg = arg;
+}
 
 static void bulk_test_kill(uint64_t pieces_done)
 {
@@ -1180,6 +1188,8 @@ static int bulk_finish(void)
         if (rc != MANGO_OK)
             return rc;
         bulk_test_kill(++bulk.pieces);
+        if (bulk.progress)
+            bulk.progress(bulk.progress_arg, hi - bulk.old_top, new_top - bulk.old_top);
     }
     /* The heap below old_top (the root with it), with the batch. */
     uint64_t below = bulk.old_top < new_top ? bulk.old_top : new_top;

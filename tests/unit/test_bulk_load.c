@@ -15,6 +15,8 @@
  *   - kill loop in sim mode (which drops everything not synced): SIGKILL at
  *     random moments of a load; the state is before or after, never between,
  *     and never before once the load was acknowledged;
+ *   - the progress hook is called once a piece, with growing byte counts
+ *     ending at the total, and may pause and resume the batch;
  *   - a load ended by mango_batch_submit instead (pipelined in fs and sim
  *     modes; the submit ends the bulk) is there once its ticket is durable;
  *   - misuse: begin without a batch, twice, on a paused batch, end without
@@ -118,6 +120,24 @@ static int make_before(void)
     return mango_batch_end() == MANGO_OK ? 0 : 1;
 }
 
+/* The progress hook (mango_set_bulk_progress): pauses and resumes the batch,
+ * as an event loop answering clients does, and checks what it is told. */
+static struct {
+    uint64_t calls, last_done, total, bad;
+} progress;
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+    (void)arg;
+    if (done <= progress.last_done || (progress.calls && total != progress.total) || done > total)
+        progress.bad++;
+    progress.calls++;
+    progress.last_done = done;
+    progress.total = total;
+    if (mango_batch_pause() != MANGO_OK || mango_batch_resume() != MANGO_OK)
+        progress.bad++;
+}
+
 /* Batch 2: the bulk. No heap store is captured here on purpose: the bulk
  * must log them all by itself. submit: end with mango_batch_submit and wait
  * for the ticket (pipelined in fs and sim modes), and without bulk_end (the
@@ -167,6 +187,8 @@ static int make_load(bool submit)
     mango_capture(&bss_marker, sizeof bss_marker);
     mango_stats s0, s1;
     mango_get_stats(&s0);
+    memset(&progress, 0, sizeof progress);
+    mango_set_bulk_progress(on_progress, NULL);
     int rc;
     if (submit) {
         uint64_t ticket = 0;
@@ -179,8 +201,16 @@ static int make_load(bool submit)
         mango_get_stats(&s1);
         rc = mango_batch_end() == MANGO_OK ? 0 : 1;
     }
-    printf("bulk: %llu pieces, %llu log bytes for the pieces\n",
-           (unsigned long long)(s1.batches - s0.batches), (unsigned long long)(s1.log_bytes - s0.log_bytes));
+    mango_set_bulk_progress(NULL, NULL);
+    uint64_t pieces = s1.batches - s0.batches;
+    printf("bulk: %llu pieces, %llu log bytes for the pieces, %llu progress calls\n", (unsigned long long)pieces,
+           (unsigned long long)(s1.log_bytes - s0.log_bytes), (unsigned long long)progress.calls);
+    if (progress.bad || progress.calls != pieces || progress.last_done != progress.total || pieces < 2) {
+        fprintf(stderr, "load: progress calls %llu (bad %llu) for %llu pieces, last %llu of %llu\n",
+                (unsigned long long)progress.calls, (unsigned long long)progress.bad, (unsigned long long)pieces,
+                (unsigned long long)progress.last_done, (unsigned long long)progress.total);
+        return 1;
+    }
     return rc;
 }
 
