@@ -1002,14 +1002,11 @@ def test_another_build_is_refused_and_takes_the_data_through_save(server_factory
     assert r.lrange("l", 0, -1) == [b"x", b"y"]
 
 
-def test_clients_are_answered_during_an_import(server_factory):
-    """While a new pool imports a file, clients are served as while stock
-    Redis loads one: PING answers LOADING at once (it waited for the end of
-    the import, ~7 s for a million keys, before), INFO shows the loading
-    progress, and DEBUG, which Redis lets run while loading and which would
-    write into the import's batches, is refused with LOADING too."""
-    s = server_factory("emulated")
-    assert s.client().execute_command("DEBUG", "POPULATE", 600000, "pop", 100) in (b"OK", "OK", True)
+def import_started(s, keys, log_says, timeout=120):
+    """s's server with `keys` keys (DEBUG POPULATE) saved to dump.rdb, then
+    started on a new pool, which imports the file: returns a client once the
+    log says `log_says`, without waiting for the server to answer."""
+    assert s.client().execute_command("DEBUG", "POPULATE", keys, "pop", 100) in (b"OK", "OK", True)
     save_rdb_and_remove_pool(s)
     s.runs += 1
     s.port = free_port()
@@ -1018,11 +1015,21 @@ def test_clients_are_answered_during_an_import(server_factory):
     with open(s.out, "wb") as out:
         s.proc = subprocess.Popen(s.argv(s.port), env=s.env, stdin=subprocess.DEVNULL, stdout=out,
                                   stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while "importing dump.rdb" not in s.logtext():
+    deadline = time.monotonic() + timeout
+    while log_says not in s.logtext():
         assert s.proc.poll() is None and time.monotonic() < deadline, s.logtext()[-1500:]
-        time.sleep(0.01)
-    r = Redis(host="127.0.0.1", port=s.port, socket_timeout=2)
+        time.sleep(0.005)
+    return Redis(host="127.0.0.1", port=s.port, socket_timeout=2)
+
+
+def test_clients_are_answered_during_an_import(server_factory):
+    """While a new pool imports a file, clients are served as while stock
+    Redis loads one: PING answers LOADING at once (it waited for the end of
+    the import, ~7 s for a million keys, before), INFO shows the loading
+    progress, and DEBUG, which Redis lets run while loading and which would
+    write into the import's batches, is refused with LOADING too."""
+    s = server_factory("emulated")
+    r = import_started(s, 600000, "importing dump.rdb")
     t0 = time.monotonic()
     with pytest.raises(BusyLoadingError):
         r.ping()
@@ -1046,20 +1053,7 @@ def test_clients_are_answered_while_the_imported_heap_is_logged(server_factory):
     runtime's progress hook runs the event loop between pieces): PING gets
     LOADING at once, not silence until the end, and the log reports it."""
     s = server_factory("fs", env={"MANGO_LOG_SIZE": "8M"})
-    assert s.client().execute_command("DEBUG", "POPULATE", 600000, "pop", 100) in (b"OK", "OK", True)
-    save_rdb_and_remove_pool(s)
-    s.runs += 1
-    s.port = free_port()
-    s.log = os.path.join(s.dir, f"server-{s.runs}.log")
-    s.out = os.path.join(s.dir, f"server-{s.runs}.out")
-    with open(s.out, "wb") as out:
-        s.proc = subprocess.Popen(s.argv(s.port), env=s.env, stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    while "logging the loaded heap" not in s.logtext():
-        assert s.proc.poll() is None and time.monotonic() < deadline, s.logtext()[-1500:]
-        time.sleep(0.005)
-    r = Redis(host="127.0.0.1", port=s.port, socket_timeout=2)
+    r = import_started(s, 600000, "logging the loaded heap")
     t0 = time.monotonic()
     with pytest.raises(BusyLoadingError):
         r.ping()
