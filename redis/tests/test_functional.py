@@ -1051,7 +1051,8 @@ def test_clients_are_answered_while_the_imported_heap_is_logged(server_factory):
     the log at a time (with an 8 MiB log in fs mode, dozens of synced pieces:
     seconds for a large dataset). Clients are answered meanwhile too (the
     runtime's progress hook runs the event loop between pieces): PING gets
-    LOADING at once, not silence until the end, and the log reports it."""
+    LOADING at once, not silence until the end, a write gets LOADING too, and
+    INFO shows the file 100 % loaded."""
     s = server_factory("fs", env={"MANGO_LOG_SIZE": "8M"})
     r = import_started(s, 600000, "logging the loaded heap")
     t0 = time.monotonic()
@@ -1060,6 +1061,8 @@ def test_clients_are_answered_while_the_imported_heap_is_logged(server_factory):
     assert time.monotonic() - t0 < 1.5
     with pytest.raises(BusyLoadingError):  # a write would join the import's batch
         r.set("during", "x")
+    info = r.info("persistence")
+    assert info["loading"] == 1 and float(info["loading_loaded_perc"]) == 100.0, info
     r.close()
     assert IMPORTED.search(s.logtext()) is None, "the heap was logged too soon for this test"
     assert wait_for_ping(s.proc, s.port, timeout=120)
