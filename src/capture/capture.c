@@ -169,9 +169,6 @@ void mango_capture(const void *addr, size_t len)
 {
     if (!mango_capture_active || len == 0)
         return;
-    if (__builtin_expect(heap_bulk, 0) && n_ranges && (uintptr_t)addr >= range_lo[0] &&
-        (uintptr_t)addr + len <= range_hi[0])
-        return; /* a heap store in a bulk load, which logs the heap itself */
     if (__builtin_expect(dedup_off != 0, 0) && dedup_is_off()) {
         capture_range_nodedup(addr, len);
         return;
@@ -180,7 +177,7 @@ void mango_capture(const void *addr, size_t len)
     for (unsigned i = 0; i < n_ranges; i++) {
         uintptr_t a = lo > range_lo[i] ? lo : range_lo[i];
         uintptr_t b = hi < range_hi[i] ? hi : range_hi[i];
-        if (a >= b || (i == 0 && heap_bulk))
+        if (a >= b || (i == 0 && heap_bulk)) /* a bulk load logs the heap itself */
             continue;
         /* Range 0 is the durable heap (runtime.c), whose mirror takes whole
          * bytes; .data/.bss keep per-byte masks, so blocks only. */
