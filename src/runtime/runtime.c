@@ -362,14 +362,6 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
-    int failed = atomic_load_explicit(&rt.failed, memory_order_relaxed);
-    if (__builtin_expect(failed != 0, 0)) {
-        /* It failed during the batch (a bulk load's piece): what the batch
-         * wrote may rest on what was not logged, so none of it is. */
-        dedup_clear(rt.set);
-        n_zero = 0;
-        return failed;
-    }
     dedup_merge_ranges(rt.set);
     uint64_t n = dedup_log_slots(rt.set) + n_zero;
     if (n == 0) {
@@ -914,14 +906,10 @@ int mango_batch_end(void)
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_end: no batch is open on this thread");
     mango_batch_resume(); /* a paused batch ends like any other */
-    int brc = bulk_finish();
-    if (brc != MANGO_OK) {
-        batch_open_here = false;
-        (void)fc_exclusive_end(rt.fc);
-        return brc;
-    }
+    int brc = bulk_finish(); /* on failure the batch is dropped (rt.failed) */
     batch_open_here = false;
-    return fc_exclusive_end(rt.fc);
+    int rc = fc_exclusive_end(rt.fc);
+    return brc != MANGO_OK ? brc : rc;
 }
 
 int mango_batch_submit(uint64_t *ticket)
@@ -929,19 +917,14 @@ int mango_batch_submit(uint64_t *ticket)
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_submit: no batch is open on this thread");
     mango_batch_resume();
-    int brc = bulk_finish();
-    if (brc != MANGO_OK) {
-        batch_open_here = false;
-        (void)fc_exclusive_end(rt.fc);
-        return brc;
-    }
+    int brc = bulk_finish(); /* on failure the batch is dropped (rt.failed) */
     batch_open_here = false;
     rt.defer_commit = true; /* read and cleared by batch_end, under the write side */
     last_ticket_here = 0;
     int rc = fc_exclusive_end(rt.fc);
     if (ticket)
         *ticket = last_ticket_here;
-    return rc;
+    return brc != MANGO_OK ? brc : rc;
 }
 
 bool mango_commit_is_pipelined(void) { return rt.up && rt.pipe.deferred_ok; }

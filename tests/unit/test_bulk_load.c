@@ -17,6 +17,8 @@
  *     and never before once the load was acknowledged;
  *   - the progress hook is called once a piece, with growing byte counts
  *     ending at the total, and may pause and resume the batch;
+ *   - a piece whose sync fails: the bulk end reports it, the batch is
+ *     dropped, and a restart holds the state of before;
  *   - a load ended by mango_batch_submit instead (pipelined in fs and sim
  *     modes; the submit ends the bulk) is there once its ticket is durable;
  *   - misuse: begin without a batch, twice, on a paused batch, end without
@@ -196,8 +198,13 @@ static int make_load(bool submit)
         mango_get_stats(&s1);
         s1.batches--; /* the batch itself */
     } else {
-        if (mango_batch_bulk_end() != MANGO_OK)
+        if (mango_batch_bulk_end() != MANGO_OK) {
+            fprintf(stderr, "load: mango_batch_bulk_end: %s\n", mango_last_error());
+            /* An application that ends the batch anyway: nothing may commit. */
+            if (mango_batch_end() == MANGO_OK)
+                fprintf(stderr, "load: the batch ended without an error after a failed bulk end\n");
             return 1;
+        }
         mango_get_stats(&s1);
         rc = mango_batch_end() == MANGO_OK ? 0 : 1;
     }
@@ -400,6 +407,25 @@ static void kill_point(const char *mode, const char *pool, int kill_after)
     }
 }
 
+/* A piece's sync fails (MANGO_FAULT_SYNC at log.commit_sync, the nth sync
+ * of the load process there): the bulk end reports it, the batch is dropped,
+ * and a restart holds the state of before. */
+static void sync_fails(const char *mode, const char *pool, const char *nth)
+{
+    remove_pool(pool);
+    setenv("MANGO_FAULT_SYNC", nth, 1);
+    setenv("MANGO_FAULT_SYNC_SITE", "log.commit_sync", 1);
+    int rc = run_self("load", mode, pool, "-");
+    unsetenv("MANGO_FAULT_SYNC");
+    unsetenv("MANGO_FAULT_SYNC_SITE");
+    printf("%s, sync %s fails: load exit %d\n", mode, nth, rc);
+    CHECK(rc == 1);
+    CHECK(run_self("verify", mode, pool, "1") == 0);
+    CHECK(run_self("verify", mode, pool, "1") == 0); /* the probe */
+    CHECK(run_self("load", mode, pool, "-") == 0);
+    CHECK(run_self("verify", mode, pool, "2") == 0);
+}
+
 static void misuse(const char *pool)
 {
     remove_pool(pool);
@@ -486,6 +512,8 @@ int main(int argc, char **argv)
     remove_pool(pool);
     CHECK(run_self("load", "sim", pool, "submit") == 0);
     CHECK(run_self("verify", "sim", pool, "2") == 0);
+    sync_fails("emulated", pool, "6");
+    sync_fails("sim", pool, "3");
     kill_loop(pool, 16);
     remove_pool(pool);
     return check_report("test_bulk_load");
