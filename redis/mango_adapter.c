@@ -1105,9 +1105,9 @@ void mangoLoadingProgress(size_t processed_bytes)
                   durable_import_file_bytes, mango_pool_path());
         exit(1);
     }
-    uint64_t used = 0, cap = 0;
+    uint64_t used = 0, cap = 0; /* a bulk import commits nothing before its end */
     if (!import_bulk) mango_batch_room(&used, &cap);
-    if (!import_bulk && used > cap / 4) {
+    if (used > cap / 4) {
         /* The load may stop anywhere, even inside a key: nothing of this
          * batch is served before the import's last batch marks it DONE. */
         int rc = pipelined ? mango_batch_submit(NULL) : mango_batch_end();
