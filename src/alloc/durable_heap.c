@@ -6,11 +6,12 @@
  *   base + FIRST_OFF  chunk, chunk, chunk, ...            <- carved from top
  *   base + top        never-carved (or given-back) space up to capacity
  *
- * Every chunk starts with a 16-byte header (chunk_hdr) and its payload starts
- * right after it, so user pointers are 16-byte aligned (the base is page
- * aligned and every chunk size is a multiple of 16). Chunks tile [FIRST_OFF,
- * top) exactly; each header records its own size and the size of the chunk
- * below it, so the heap can be walked in both directions.
+ * Every chunk starts with an 8-byte header (chunk_hdr) and its payload starts
+ * right after it. Chunks start at offsets of 8 modulo 16 and their sizes are
+ * multiples of 16, so user pointers are 16-byte aligned (the base is page
+ * aligned). Chunks tile [FIRST_OFF, top) exactly; each header records its own
+ * size, so the heap can be walked upwards. A small 24-byte object (a Redis
+ * dictEntry) takes a 32-byte chunk.
  *
  * Small requests (<= DHEAP_SMALL_MAX) are rounded up to one of DHEAP_NCLASSES
  * size classes. A freed small chunk goes, unchanged, to its class's LIFO
@@ -22,11 +23,15 @@
  * searched first fit; a fit that is bigger than needed is split and the tail
  * goes back on the list. On free, a large chunk is merged with a free large
  * neighbour on either side (small chunks are never merged), and if the result
- * ends at top it is given back by lowering top instead of being listed. Hence
- * the invariants dheap_check verifies: no two free large chunks are adjacent
- * and the last chunk is never a free large one.
+ * ends at top it is given back by lowering top instead of being listed. To
+ * find the neighbour below without a size-of-previous field, a free large
+ * chunk keeps its size in its last 8 bytes (a footer) and the chunk right
+ * above it carries the PREV_FREE_LARGE flag (boundary tags). Hence the
+ * invariants dheap_check verifies: no two free large chunks are adjacent, the
+ * last chunk is never a free large one, and a chunk has the flag exactly when
+ * the chunk below it is a free large one whose footer holds its size.
  *
- * memalign over-allocates by `align` bytes and places a 16-byte ALIAS header
+ * memalign over-allocates by `align` bytes and places an 8-byte ALIAS header
  * right before the aligned pointer; it records the distance back to the real
  * chunk. Freeing through an alias clears the alias's magic, so a second free
  * of the same aligned pointer is detected.
@@ -50,29 +55,33 @@
 
 #include "mango.h"
 
-#define HDR 16u
+#define HDR 8u
 #define PAGE 4096u
 #define ROUND_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
-#define FIRST_OFF ROUND_UP((uint64_t)sizeof(dheap_root), 64)
-_Static_assert(FIRST_OFF == 768, "the first chunk's offset is part of the pool format (docs/pool-format.md)");
+/* The first chunk's header; its payload starts at 1024. */
+#define FIRST_OFF ((uint64_t)1024 - HDR)
+_Static_assert(FIRST_OFF == DHEAP_FIRST_CHUNK, "the first chunk's offset is part of the pool format (docs/pool-format.md)");
+_Static_assert(sizeof(dheap_root) <= FIRST_OFF, "the root must end before the first chunk");
 
-#define HDR_MAGIC 0xD17EA9C5u
-#define ST_INUSE 0x1A5Eu
-#define ST_FREE 0xF4EEu
-#define ST_ALIAS 0xA11Au
-#define CLS_LARGE 0xFFFFu
-#define CLS_ALIAS 0xFFFEu
+#define HDR_MAGIC 0xD17Eu
+#define ST_INUSE 0x1u
+#define ST_FREE 0x2u
+#define ST_ALIAS 0x3u
+#define ST_MASK 0x7Fu
+#define PREV_FREE_LARGE 0x80u /* state flag: the chunk below is a free large one */
+#define CLS_LARGE 0xFFu
+#define CLS_ALIAS 0xFEu
 /* size16 is 32 bits: chunks stay below 64 GiB. */
 #define MAX_CHUNK ((((uint64_t)UINT32_MAX) << 4) & ~((uint64_t)PAGE - 1))
 
 typedef struct chunk_hdr {
     uint32_t size16; /* chunk size / 16, header included; ALIAS: distance back to the real chunk / 16 */
-    uint32_t prev16; /* size / 16 of the chunk just below (0: first chunk) */
-    uint32_t magic;  /* HDR_MAGIC ^ (offset / 16): a header copied elsewhere does not validate */
-    uint16_t state;  /* ST_INUSE, ST_FREE or ST_ALIAS */
-    uint16_t cls;    /* small class index, CLS_LARGE or CLS_ALIAS */
+    uint16_t magic;  /* HDR_MAGIC ^ (offset / 16): a header copied elsewhere does not validate */
+    uint8_t cls;     /* small class index, CLS_LARGE or CLS_ALIAS */
+    uint8_t state;   /* ST_INUSE, ST_FREE or ST_ALIAS, | PREV_FREE_LARGE */
 } chunk_hdr;
-_Static_assert(sizeof(chunk_hdr) == HDR, "chunk header must be 16 bytes");
+_Static_assert(sizeof(chunk_hdr) == HDR, "chunk header must be 8 bytes");
+_Static_assert(DHEAP_NCLASSES < CLS_ALIAS, "class indexes fit the header");
 
 static char *g_base;
 static uint64_t g_cap;
@@ -117,24 +126,36 @@ static void die(const char *op, const void *p, const char *why)
 
 static inline chunk_hdr *hdr_at(uint64_t off) { return (chunk_hdr *)(g_base + off); }
 static inline uint64_t *link_at(uint64_t off) { return (uint64_t *)(g_base + off + HDR); }
-static inline uint32_t magic_for(uint64_t off) { return HDR_MAGIC ^ (uint32_t)(off >> 4); }
+/* A free large chunk's footer: its size, in its last 8 bytes. */
+static inline uint64_t *footer_of(uint64_t off, uint64_t size) { return (uint64_t *)(g_base + off + size - 8); }
+static inline uint16_t magic_for(uint64_t off) { return (uint16_t)(HDR_MAGIC ^ (uint16_t)(off >> 4)); }
 static inline uint64_t csize(const chunk_hdr *h) { return (uint64_t)h->size16 << 4; }
-static inline uint64_t cprev(const chunk_hdr *h) { return (uint64_t)h->prev16 << 4; }
+static inline unsigned cstate(const chunk_hdr *h) { return h->state & ST_MASK; }
+static inline uint8_t prev_flag(const chunk_hdr *h) { return h->state & PREV_FREE_LARGE; }
 
-static void set_hdr(uint64_t off, uint64_t size, uint64_t prev, uint16_t state, uint16_t cls)
+static void set_hdr(uint64_t off, uint64_t size, unsigned state, uint8_t cls, uint8_t flag)
 {
     chunk_hdr h = {
         .size16 = (uint32_t)(size >> 4),
-        .prev16 = (uint32_t)(prev >> 4),
         .magic = magic_for(off),
-        .state = state,
         .cls = cls,
+        .state = (uint8_t)(state | flag),
     };
     meta_write(hdr_at(off), &h, sizeof h);
 }
 
-/* Payload bytes of small class c. */
-static inline uint64_t class_bytes(unsigned c)
+/* Set or clear the PREV_FREE_LARGE flag of the chunk at off (which exists). */
+static void set_prev_flag(uint64_t off, bool on)
+{
+    chunk_hdr *h = hdr_at(off);
+    uint8_t st = (uint8_t)(on ? h->state | PREV_FREE_LARGE : h->state & ~PREV_FREE_LARGE);
+    if (st != h->state)
+        META_SET(h->state, st);
+}
+
+/* Chunk bytes (header included) of small class c: 16..1024 in steps of 16,
+ * then four classes per doubling up to 32 KiB. */
+static inline uint64_t class_chunk(unsigned c)
 {
     if (c < 64)
         return (uint64_t)(c + 1) * 16;
@@ -143,29 +164,28 @@ static inline uint64_t class_bytes(unsigned c)
     return d + d * (k % 4 + 1) / 4;
 }
 
-/* Smallest class holding n bytes, 1 <= n <= DHEAP_SMALL_MAX. */
+/* Smallest class whose payload holds n bytes, 1 <= n <= DHEAP_SMALL_MAX. */
 static inline unsigned size_class(size_t n)
 {
-    if (n <= 1024)
-        return (unsigned)((n + 15) / 16) - 1;
+    if (n + HDR <= 1024)
+        return (unsigned)((n + HDR + 15) / 16) - 1;
     unsigned c = 64;
-    while (class_bytes(c) < n)
+    while (class_chunk(c) - HDR < n)
         c++;
     return c;
 }
 
 /* ---- carving and the large free list ---------------------------------- */
 
-/* Carve a chunk of `size` bytes at top; 0 if the range is exhausted. */
-static uint64_t carve(uint64_t size, uint16_t cls)
+/* Carve an in-use chunk of `size` bytes at top; 0 if the range is exhausted.
+ * The chunk below top is never a free large one, so no flag. */
+static uint64_t carve(uint64_t size, uint8_t cls)
 {
     dheap_root *r = g_root;
     uint64_t off = r->top;
     if (size > g_cap - off)
         return 0;
-    uint64_t prev = r->last ? csize(hdr_at(r->last)) : 0;
-    set_hdr(off, size, prev, ST_INUSE, cls);
-    META_SET(r->last, off);
+    set_hdr(off, size, ST_INUSE, cls, 0);
     META_SET(r->top, off + size);
     if (r->hwm && off + size > r->hwm)
         META_SET(r->hwm, off + size);
@@ -197,7 +217,17 @@ static void large_unlink(uint64_t off)
 static inline bool is_free_large(uint64_t off)
 {
     chunk_hdr *h = hdr_at(off);
-    return h->state == ST_FREE && h->cls == CLS_LARGE;
+    return cstate(h) == ST_FREE && h->cls == CLS_LARGE;
+}
+
+/* Make [off, off + size) a free large chunk (header, footer, the flag of the
+ * chunk above, which exists) and list it. flag: the header's own. */
+static void make_free_large(uint64_t off, uint64_t size, uint8_t flag)
+{
+    set_hdr(off, size, ST_FREE, CLS_LARGE, flag);
+    META_SET(*footer_of(off, size), size);
+    set_prev_flag(off + size, true);
+    large_push(off);
 }
 
 static uint64_t alloc_large(uint64_t need)
@@ -206,21 +236,16 @@ static uint64_t alloc_large(uint64_t need)
         chunk_hdr *h = hdr_at(off);
         if (h->magic != magic_for(off) || !is_free_large(off))
             die("malloc", g_base + off + HDR, "corrupt large free list");
-        uint64_t sz = csize(h), prev = cprev(h);
+        uint64_t sz = csize(h);
+        uint8_t flag = prev_flag(h);
         if (sz < need)
             continue;
         large_unlink(off);
-        if (sz > need) {
-            /* Split: the tail stays free. It does not end at top (a free large
-             * chunk never does), so a chunk follows it. */
-            uint64_t rem = off + need, remsz = sz - need;
-            set_hdr(off, need, prev, ST_INUSE, CLS_LARGE);
-            set_hdr(rem, remsz, need, ST_FREE, CLS_LARGE);
-            META_SET(hdr_at(rem + remsz)->prev16, (uint32_t)(remsz >> 4));
-            large_push(rem);
-        } else {
-            set_hdr(off, sz, prev, ST_INUSE, CLS_LARGE);
-        }
+        set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
+        if (sz > need) /* split: the tail stays free (a chunk follows it: a free large one is never last) */
+            make_free_large(off + need, sz - need, 0);
+        else
+            set_prev_flag(off + sz, false);
         return off;
     }
     return carve(need, CLS_LARGE);
@@ -231,13 +256,14 @@ static void free_chunk(uint64_t off)
 {
     dheap_root *r = g_root;
     chunk_hdr *h = hdr_at(off);
-    uint64_t sz = csize(h), prev = cprev(h);
+    uint64_t sz = csize(h);
+    uint8_t flag = prev_flag(h);
     META_SET(r->allocated, r->allocated - sz);
     META_SET(r->inuse_chunks, r->inuse_chunks - 1);
 
     if (h->cls != CLS_LARGE) {
         unsigned c = h->cls;
-        set_hdr(off, sz, prev, ST_FREE, (uint16_t)c);
+        set_hdr(off, sz, ST_FREE, (uint8_t)c, flag);
         META_SET(link_at(off)[0], r->small_free[c]);
         META_SET(r->small_free[c], off);
         return;
@@ -249,22 +275,27 @@ static void free_chunk(uint64_t off)
         sz += csize(hdr_at(end));
         end = off + sz;
     }
-    if (prev && is_free_large(off - prev) && sz + prev <= MAX_CHUNK) {
+    if (flag) {
+        uint64_t prev = *(const uint64_t *)(g_base + off - 8); /* the footer below */
         uint64_t poff = off - prev;
-        large_unlink(poff);
-        off = poff;
-        sz += prev;
-        prev = cprev(hdr_at(poff));
+        if (prev < PAGE || prev > off - FIRST_OFF || hdr_at(poff)->magic != magic_for(poff) ||
+            !is_free_large(poff) || csize(hdr_at(poff)) != prev)
+            die("free", g_base + off + HDR, "corrupt footer of the free chunk below");
+        if (sz + prev <= MAX_CHUNK) {
+            large_unlink(poff);
+            off = poff;
+            sz += prev;
+            flag = prev_flag(hdr_at(poff));
+        }
     }
     if (end == r->top) {
-        /* Give the space back to the wilderness. */
+        /* Give the space back to the wilderness. (If a free large chunk was
+         * left below, unmerged at MAX_CHUNK, it is last now: that breaks an
+         * invariant only at 64 GiB chunks, as before.) */
         META_SET(r->top, off);
-        META_SET(r->last, prev ? off - prev : 0);
         return;
     }
-    set_hdr(off, sz, prev, ST_FREE, CLS_LARGE);
-    META_SET(hdr_at(end)->prev16, (uint32_t)(sz >> 4));
-    large_push(off);
+    make_free_large(off, sz, flag);
 }
 
 /* Validate a user pointer; return the offset of its (in-use) chunk. If p is
@@ -285,7 +316,7 @@ static uint64_t resolve(const char *op, const void *p, uint64_t *alias)
     if (h->magic != magic_for(off))
         die(op, p, "invalid pointer (no chunk header; double free of an aligned block?)");
     *alias = 0;
-    if (h->state == ST_ALIAS) {
+    if (cstate(h) == ST_ALIAS) {
         uint64_t dist = csize(h);
         if (dist == 0 || dist > off - FIRST_OFF)
             die(op, p, "corrupt alias header");
@@ -295,9 +326,9 @@ static uint64_t resolve(const char *op, const void *p, uint64_t *alias)
         if (h->magic != magic_for(off))
             die(op, p, "corrupt alias header");
     }
-    if (h->state == ST_FREE)
+    if (cstate(h) == ST_FREE)
         die(op, p, "double free or use after free");
-    if (h->state != ST_INUSE)
+    if (cstate(h) != ST_INUSE)
         die(op, p, "invalid pointer (bad chunk state)");
     uint64_t sz = csize(h);
     if (sz < 2 * HDR || sz > r->top - off || (*alias && *alias + HDR >= off + sz))
@@ -356,9 +387,7 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
         root->capacity != capacity)
         return 0;
     uint64_t top = root->top;
-    if (top < FIRST_OFF || top > capacity || (top & 15))
-        return 0;
-    if ((root->last == 0) != (top == FIRST_OFF) || (root->last && (root->last < FIRST_OFF || root->last >= top)))
+    if (top < FIRST_OFF || top > capacity || (top & 15) != (FIRST_OFF & 15))
         return 0;
     if (root->hwm && (root->hwm < top || root->hwm > capacity))
         return 0;
@@ -381,12 +410,12 @@ void *dheap_malloc(size_t n)
         if (off) {
             chunk_hdr *h = hdr_at(off);
             if (off < FIRST_OFF || off >= r->top || h->magic != magic_for(off) ||
-                h->state != ST_FREE || h->cls != c)
+                cstate(h) != ST_FREE || h->cls != c)
                 die("malloc", g_base + off + HDR, "corrupt small free list");
             META_SET(r->small_free[c], link_at(off)[0]);
-            set_hdr(off, csize(h), cprev(h), ST_INUSE, (uint16_t)c);
+            set_hdr(off, csize(h), ST_INUSE, (uint8_t)c, prev_flag(h));
         } else {
-            off = carve(class_bytes(c) + HDR, (uint16_t)c);
+            off = carve(class_chunk(c), (uint8_t)c);
         }
     } else if (n > MAX_CHUNK - HDR - PAGE) {
         off = 0;
@@ -483,14 +512,14 @@ void *dheap_realloc(void *p, size_t n)
 
 void *dheap_memalign(size_t align, size_t n)
 {
-    if (align <= HDR)
+    if (align <= 16) /* every chunk's payload is 16-byte aligned */
         return dheap_malloc(n);
     if (align & (align - 1)) { /* like glibc: round up to a power of two */
         if (align > MAX_CHUNK / 2) {
             errno = EINVAL;
             return NULL;
         }
-        size_t a = HDR;
+        size_t a = 16;
         while (a < align)
             a <<= 1;
         align = a;
@@ -506,7 +535,7 @@ void *dheap_memalign(size_t align, size_t n)
     char *a = (char *)ROUND_UP((uintptr_t)p + HDR, align);
     uint64_t aoff = (uint64_t)(a - g_base) - HDR;
     uint64_t dist = aoff - ((uint64_t)(p - g_base) - HDR);
-    set_hdr(aoff, dist, 0, ST_ALIAS, CLS_ALIAS);
+    set_hdr(aoff, dist, ST_ALIAS, CLS_ALIAS, 0);
     return a;
 }
 
@@ -544,44 +573,46 @@ int dheap_check(void)
         return check_fail("invalid root", 0);
 
     uint64_t free_small[DHEAP_NCLASSES] = {0};
-    uint64_t free_large = 0, inuse = 0, inuse_n = 0, prev = 0, last = 0;
+    uint64_t free_large = 0, inuse = 0, inuse_n = 0, last = 0;
     bool prev_free_large = false;
     uint64_t off = FIRST_OFF, top = r->top;
     while (off < top) {
         chunk_hdr *h = hdr_at(off);
         uint64_t sz = csize(h);
+        unsigned st = cstate(h);
         if (h->magic != magic_for(off))
             return check_fail("bad chunk magic", off);
-        if (h->state != ST_INUSE && h->state != ST_FREE)
+        if (st != ST_INUSE && st != ST_FREE)
             return check_fail("bad chunk state", off);
         if (sz < 2 * HDR || sz > top - off)
             return check_fail("bad chunk size", off);
-        if (cprev(h) != prev)
-            return check_fail("prev size mismatch", off);
+        if ((prev_flag(h) != 0) != prev_free_large)
+            return check_fail("PREV_FREE_LARGE flag does not match the chunk below", off);
         bool fl = false;
         if (h->cls < DHEAP_NCLASSES) {
-            if (sz != class_bytes(h->cls) + HDR)
+            if (sz != class_chunk(h->cls))
                 return check_fail("small chunk size does not match class", off);
-            if (h->state == ST_FREE)
+            if (st == ST_FREE)
                 free_small[h->cls]++;
         } else if (h->cls == CLS_LARGE) {
             if (sz % PAGE)
                 return check_fail("large chunk not a page multiple", off);
-            if (h->state == ST_FREE) {
+            if (st == ST_FREE) {
                 if (prev_free_large)
                     return check_fail("adjacent free large chunks", off);
+                if (*footer_of(off, sz) != sz)
+                    return check_fail("free large chunk's footer is not its size", off);
                 free_large++;
                 fl = true;
             }
         } else {
             return check_fail("bad chunk class", off);
         }
-        if (h->state == ST_INUSE) {
+        if (st == ST_INUSE) {
             inuse += sz;
             inuse_n++;
         }
         prev_free_large = fl;
-        prev = sz;
         last = off;
         off += sz;
     }
@@ -589,8 +620,6 @@ int dheap_check(void)
         return check_fail("chunks overrun top", off);
     if (prev_free_large)
         return check_fail("free large chunk at top", last);
-    if (r->last != last)
-        return check_fail("root.last wrong", r->last);
     if (r->allocated != inuse)
         return check_fail("root.allocated wrong", r->allocated);
     if (r->inuse_chunks != inuse_n)
@@ -603,10 +632,10 @@ int dheap_check(void)
         for (uint64_t e = r->small_free[c]; e; e = link_at(e)[0]) {
             if (++n > free_small[c])
                 return check_fail("small free list longer than free chunk count (cycle?)", e);
-            if (e < FIRST_OFF || e >= top || (e & 15))
+            if (e < FIRST_OFF || e >= top || (e & 15) != (FIRST_OFF & 15))
                 return check_fail("small free list entry out of range", e);
             chunk_hdr *h = hdr_at(e);
-            if (h->magic != magic_for(e) || h->state != ST_FREE || h->cls != c)
+            if (h->magic != magic_for(e) || cstate(h) != ST_FREE || h->cls != c)
                 return check_fail("small free list entry is not a free chunk of its class", e);
         }
         if (n != free_small[c])
@@ -616,7 +645,7 @@ int dheap_check(void)
     for (uint64_t e = r->large_free; e; back = e, e = link_at(e)[0]) {
         if (++n > free_large)
             return check_fail("large free list longer than free chunk count (cycle?)", e);
-        if (e < FIRST_OFF || e >= top || (e & 15))
+        if (e < FIRST_OFF || e >= top || (e & 15) != (FIRST_OFF & 15))
             return check_fail("large free list entry out of range", e);
         chunk_hdr *h = hdr_at(e);
         if (h->magic != magic_for(e) || !is_free_large(e))

@@ -18,13 +18,18 @@
 #include <stdint.h>
 
 #define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
-#define DHEAP_VERSION 2 /* 2: inuse_chunks, hwm (version 1 pools are refused) */
+/* 3: 8-byte chunk headers, boundary tags, no root.last (versions 1 and 2
+ * are refused) */
+#define DHEAP_VERSION 3
 
-/* Small size classes: 16..1024 in steps of 16 (64 classes), then four
- * classes per doubling up to 32 KiB (20 classes). Larger requests are "large"
- * chunks: page multiples, first fit, split and coalesced. */
+/* Small size classes, in chunk bytes (an 8-byte header included): 16..1024
+ * in steps of 16 (64 classes), then four classes per doubling up to 32 KiB
+ * (20 classes). Larger requests are "large" chunks: page multiples, first
+ * fit, split and coalesced. */
 #define DHEAP_NCLASSES 84
-#define DHEAP_SMALL_MAX 32768
+#define DHEAP_SMALL_MAX (32768 - 8) /* the largest small payload */
+/* Offset of the first chunk's header (its payload starts at 1024). */
+#define DHEAP_FIRST_CHUNK 1016
 
 typedef void (*dheap_capture_fn)(const void *addr, size_t len);
 /* Takes [addr, addr+len) (32-byte aligned), just zeroed, as one zero range
@@ -40,7 +45,6 @@ typedef struct dheap_root {
     /* implementation-private fields follow (durable_heap.c). All links are
      * offsets from base (0 = none), so a root image can be validated without
      * knowing where it will be mapped. */
-    uint64_t last;       /* offset of the chunk that ends at top (0: none) */
     uint64_t allocated;  /* bytes (headers included) of chunks in use */
     uint64_t large_free; /* head of the doubly linked list of free large chunks */
     uint64_t small_free[DHEAP_NCLASSES]; /* per-class singly linked free lists */
@@ -82,7 +86,7 @@ void dheap_capture(const void *addr, size_t len);
 /* What the attached heap holds in use: *chunks allocations, *payload their
  * bytes (the sum of dheap_usable_size over them, except that a memalign
  * block counts whole, from its chunk's start) and *allocated the same with
- * the 16-byte chunk headers. O(1), read from the root, so right after
+ * the 8-byte chunk headers. O(1), read from the root, so right after
  * recovery too. Zeros when nothing is attached; any pointer may be NULL. */
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
 /* The payload in use that a root image records (as dheap_usage's *payload). */

@@ -368,9 +368,10 @@ static void describe_heap(char *out, size_t len, const vrange *h, uintptr_t addr
         {offsetof(dheap_root, version), 8, "version"},
         {offsetof(dheap_root, capacity), 8, "capacity"},
         {offsetof(dheap_root, top), 8, "top"},
-        {offsetof(dheap_root, last), 8, "last"},
         {offsetof(dheap_root, allocated), 8, "allocated"},
         {offsetof(dheap_root, large_free), 8, "large_free"},
+        {offsetof(dheap_root, inuse_chunks), 8, "inuse_chunks"},
+        {offsetof(dheap_root, hwm), 8, "hwm"},
     };
     if (off < sizeof(dheap_root)) {
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)
@@ -379,7 +380,8 @@ static void describe_heap(char *out, size_t len, const vrange *h, uintptr_t addr
                          (unsigned long long)off, fields[i].name);
                 return;
             }
-        if (off >= offsetof(dheap_root, small_free)) {
+        if (off >= offsetof(dheap_root, small_free) &&
+            off < offsetof(dheap_root, small_free) + sizeof((dheap_root *)0)->small_free) {
             snprintf(out, len, "durable heap +%#llx (allocator root: dheap_root.small_free[%llu])",
                      (unsigned long long)off,
                      (unsigned long long)((off - offsetof(dheap_root, small_free)) / 8));
