@@ -96,7 +96,7 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
-              "target_ops_per_sec", "intended_p99_us", "wall_s"]
+              "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op"]
 
 
 def log(*a):
@@ -338,6 +338,16 @@ def cpu_times():
     return v[3] + v[4], v[7], sum(v)
 
 
+def proc_cpu_seconds(pid):
+    """User + system CPU seconds of process pid, all its threads (/proc/<pid>/stat); None if gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def cpu_share(before, after):
     """Idle and steal percentages of the machine between two cpu_times()."""
     total = after[2] - before[2]
@@ -387,11 +397,15 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
             raise RuntimeError("%s: load had errors: %s" % (system, load))
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
+        s0 = proc_cpu_seconds(srv.proc.pid)
         if target:
             mixarg += ["--target", "%.0f" % target]
         res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
                        timeout=args.seconds * 5 + 120, sock=srv.sock)
         idle, steal = cpu_share(t0, cpu_times())
+        s1 = proc_cpu_seconds(srv.proc.pid)
+        server_cpu = ("%.2f" % ((s1 - s0) * 1e6 / int(res["ops"]))
+                      if s0 is not None and s1 is not None and int(res.get("ops", 0) or 0) > 0 else "")
         status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
         return dict(status=status, ops=res["ops"], seconds=res["seconds"],
                     ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
@@ -403,7 +417,7 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""),
                     read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""),
                     target_ops_per_sec=res.get("target_ops_per_sec", ""),
-                    intended_p99_us=res.get("intended_p99_us", ""))
+                    intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu)
     finally:
         srv.close()
 
@@ -564,6 +578,18 @@ def write_md(args, rows, path, meta, recovery_rows):
                                           cell_value(rows, "stock-aof-always", c, m, "p99_us")) +
                                 fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", c, m, "p99_us")))
                 out.append("| %s | %s |" % (m, " | ".join(vals)))
+            out.append("")
+        # The server's own CPU per operation (all its threads: event loop, sync thread, backend),
+        # less noisy than throughput where the server and the load generator share two vCPUs.
+        if any(not math.isnan(cell_value(rows, sy, c, m, "server_cpu_us_per_op")) for sy in systems for m in mixes):
+            out.append("Server CPU per operation (µs of user + system time of the server process, all its "
+                       "threads, during the run, per operation; median over the repetitions):\n")
+            out.append("| mix | " + " | ".join(systems) + " |")
+            out.append("|---|" + "---|" * len(systems))
+            for m in mixes:
+                out.append("| %s | %s |" % (m, " | ".join(
+                    "%.1f" % v if not math.isnan(v) else "-"
+                    for v in (cell_value(rows, sy, c, m, "server_cpu_us_per_op") for sy in systems))))
             out.append("")
         # Which operations make the p99: under AOF-always every reply of a pass waits for the same
         # fsync; in fs mode reads leave at once and updates wait for their sync (docs/redis.md).
