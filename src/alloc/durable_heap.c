@@ -33,7 +33,7 @@
  *
  * memalign over-allocates by `align` bytes and places an 8-byte ALIAS header
  * right before the aligned pointer; it records the distance back to the real
- * chunk. Freeing through an alias clears the alias's magic, so a second free
+ * chunk. Freeing through an alias inverts the alias's magic, so a second free
  * of the same aligned pointer is detected.
  *
  * Durability: every store the allocator makes inside the range goes through
@@ -438,7 +438,7 @@ void dheap_free(void *p)
     uint64_t alias;
     uint64_t off = resolve("free", p, &alias);
     if (alias)
-        META_SET(hdr_at(alias)->magic, (uint32_t)0);
+        META_SET(hdr_at(alias)->magic, (uint16_t)~magic_for(alias)); /* never valid */
     free_chunk(off);
 }
 
