@@ -94,6 +94,14 @@ static int mango_recovered; /* the pool held a state */
  * restore it from the pool); see recount_used_memory(). */
 static size_t used_memory_before_init, used_memory_restored;
 static int write_depth;     /* nesting of write sections */
+/* mangoNoteReply runs once per addReply* (21 times for an HGETALL of 10
+ * fields), and within one command its answer does not change. note_epoch is
+ * bumped wherever it could (a command or a write section begins or ends, a
+ * reply is checked for writing); a call for the client noted last, in the
+ * same epoch, inside a command, with its write still queued, returns at once. */
+static uint64_t note_epoch = 1;
+static client *noted_client;
+static uint64_t noted_epoch;
 static uintptr_t heap_lo, heap_hi;
 static char init_msg[512];  /* logged once logging is configured */
 /* Test hook (redis/tests): MANGO_REDIS_TEST_COPYING_COMMAND=NAME lists one
@@ -452,6 +460,7 @@ static int commit_choice(void)
 void mangoWriteBegin(void)
 {
     if (!mango_on) return;
+    note_epoch++;
     if (write_depth++ > 0) return;
     if (!mango_batch_open()) {
         int rc = mango_batch_begin();
@@ -465,6 +474,7 @@ void mangoWriteBegin(void)
 void mangoWriteEnd(void)
 {
     if (!mango_on) return;
+    note_epoch++;
     if (write_depth > 1) {
         write_depth--;
         return;
@@ -543,12 +553,17 @@ void mangoCommit(void)
 void mangoNoteReply(client *c)
 {
     if (!mango_on) return;
+    if (c == noted_client && noted_epoch == note_epoch && call_depth > 0 &&
+        (c->flags & CLIENT_PENDING_WRITE))
+        return; /* noted already in this command: the same ticket */
     /* Inline commits with no batch open: everything submitted is durable, so
      * nothing can hold this reply, nor the client's earlier output. Ticket 0
      * says so (the field is not initialised by createClient: always set it).
      * Called once per addReply*: an HGETALL of 10 fields calls it 21 times. */
     if ((!pipelined && !mango_batch_open()) || (import_serving && write_depth == 0)) {
         c->mango_ticket = 0;
+        noted_client = c;
+        noted_epoch = note_epoch;
         return;
     }
     /* prepareClientToWrite() is about to queue c in clients_pending_write;
@@ -569,10 +584,13 @@ void mangoNoteReply(client *c)
     /* Unsent output may depend on a later batch than this reply does. */
     if (clientHasPendingReplies(c) && c->mango_ticket > t) t = c->mango_ticket;
     c->mango_ticket = t;
+    noted_client = c;
+    noted_epoch = note_epoch;
 }
 
 int mangoReplyHeld(client *c)
 {
+    note_epoch++; /* c's output may be written now */
     if (!mango_on || c->mango_ticket <= durable_seen) return 0;
     uint64_t d;
     int rc = mango_durable_ticket(&d);
@@ -881,6 +899,7 @@ int mangoCallBegin(client *c)
 {
     int write = changes_keyspace(c->cmd);
     if (!mango_on) return write;
+    note_epoch++;
     call_depth++;
     if (call_depth == 1) {
         cmds_this_pass++;
@@ -928,6 +947,7 @@ void mangoCallEnd(client *c, int write)
         mangoFunctionsSave();
     }
     if (write) mangoWriteEnd();
+    note_epoch++;
     if (--call_depth == 0) cmd_dep = 0;
     /* Between two outermost commands the pass's batch may end early: a pass
      * of many large writes (ten clients each SETting 10 MB) would otherwise
@@ -1081,9 +1101,11 @@ static void serve_during_import(size_t processed_bytes)
     int depth = write_depth;
     mango_batch_pause();
     write_depth = 0;
+    note_epoch++;
     import_serving = 1;
     processEventsWhileBlocked();
     import_serving = 0;
+    note_epoch++;
     write_depth = depth;
     mango_batch_resume();
 }

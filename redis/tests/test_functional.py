@@ -2094,6 +2094,31 @@ def test_read_dependency_mutant_is_caught(server_factory):
     assert early > 0.05, f"the mutant answered the GET only {early:.3f} s early: the check would not catch it"
 
 
+@pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi-exec"])
+def test_a_write_after_a_read_in_one_pass_waits_for_its_batch(server_factory, transaction):
+    """One client sends GET then SET in one packet (a pipeline, or MULTI/EXEC):
+    both run in the same pass, and the SET's reply must wait for its batch's
+    300 ms sync, although the GET before it (nothing to wait for) was noted
+    for the same client in the same pass. The adapter notes a reply's ticket
+    once per command (mangoNoteReply); a note kept across the two commands
+    would release the SET's reply at once. Then a kill -9 must keep the SET."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    r = s.client()
+    r.ping()
+    for i in range(3):
+        p = r.pipeline(transaction=transaction)
+        p.get("nothing-%d" % i)
+        p.set("after-read-%d" % i, "v%d" % i)
+        t0 = time.monotonic()
+        got = p.execute()
+        waited = time.monotonic() - t0
+        assert got == [None, True], got
+        assert waited > 0.25, f"the SET's reply left {waited:.3f} s after sending, before its 300 ms sync"
+    s.restart("kill")
+    r = s.client()
+    assert [r.get("after-read-%d" % i) for i in range(3)] == [b"v0", b"v1", b"v2"]
+
+
 def test_kept_transient_argument_stops_the_server(server_factory):
     """Listed write commands (HSET, LPUSH, ...) run on their transient
     arguments, and the adapter checks after each that it kept none. The test
