@@ -579,8 +579,9 @@ def write_md(args, rows, path, meta, recovery_rows):
                                 fmt_spread(paired_ratios(rows, "durable-fs", "stock-aof-always", c, m, "p99_us")))
                 out.append("| %s | %s |" % (m, " | ".join(vals)))
             out.append("")
-        # The server's own CPU per operation (all its threads: event loop, sync thread, backend),
-        # less noisy than throughput where the server and the load generator share two vCPUs.
+        # The server's own CPU per operation (all its threads: event loop, sync thread, backend):
+        # a server that waits (AOF-always's fdatasync) against one that computes. With the loop
+        # saturated it is only the inverse of the throughput (bench/README.md).
         if any(not math.isnan(cell_value(rows, sy, c, m, "server_cpu_us_per_op")) for sy in systems for m in mixes):
             out.append("Server CPU per operation (µs of user + system time of the server process, all its "
                        "threads, during the run, per operation; median over the repetitions):\n")
