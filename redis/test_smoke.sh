@@ -61,8 +61,10 @@ start() { # $1: log name
     fail "no free port after 5 tries ($1)"
 }
 
-dump() { # canonical dump of every key (one redis-cli session): name, type, value, expire time
-    r --raw keys '*' | LC_ALL=C sort >"$tmp/keys"
+dump() { # canonical dump of every key but ttl-mid (one redis-cli session): name, type, value,
+         # expire time. ttl-mid expires 4 s after it is set, on a slow machine (the capture
+         # verifier, a busy CI) before the dump after the restart: it is checked apart.
+    r --raw keys '*' | grep -vx ttl-mid | LC_ALL=C sort >"$tmp/keys"
     awk '{
         k = $0; print "ECHO key:" k; print "TYPE " k
         if (k ~ /^hash:/) print "HGETALL " k
@@ -115,6 +117,12 @@ start second
 grep -q RECOVERED "$tmp/second.log" || fail "second start did not recover"
 dump >"$tmp/after-kill"
 diff -u "$tmp/before" "$tmp/after-kill" >&2 || fail "state after SIGKILL differs"
+mid_age=$(awk -v a="$t_mid" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')
+if awk -v d="$mid_age" 'BEGIN { exit !(d < 3.5) }'; then
+    [ "$(r exists ttl-mid)" = 1 ] || fail "ttl-mid (4 s TTL, set ${mid_age} s ago) lost after SIGKILL"
+else
+    echo "smoke: ttl-mid not checked after SIGKILL (set ${mid_age} s ago: a slow machine)"
+fi
 [ "$(r exists ttl-short:1)" = 0 ] || fail "expired key came back"
 [ "$(r ttl ttl-long:1)" -gt 0 ] || fail "TTL lost after SIGKILL"
 sleep "$(awk -v a="$t_mid" -v b="$(date +%s.%N)" 'BEGIN { d = 4.3 - (b - a); print (d > 0 ? d : 0) }')"

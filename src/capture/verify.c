@@ -1,7 +1,9 @@
 /* verify.c -- the capture verifier (see verify.h). Owns: the shadow snapshot
  * of durable memory taken at batch begin, the diff against it at batch end,
  * the lookup of captured masks, the symbol table that names missed addresses
- * and tells the runtime's own globals apart, the miss report and its counters.
+ * and tells the runtime's own globals apart, the miss report and its counters,
+ * and (MANGO_VERIFY_PAUSED=ignore) the copy of .data/.bss taken when a batch
+ * pauses, whose changed bytes are taken into the snapshot when it resumes.
  *
  * Everything here gets its memory from mmap: the runtime interposes malloc,
  * and on the combiner thread malloc is the durable heap. Reports are formatted
@@ -45,6 +47,11 @@ typedef struct vsym {
 
 static struct {
     bool enabled, abort_on_miss, verbose;
+    bool ignore_paused;   /* MANGO_VERIFY_PAUSED=ignore */
+    bool in_batch, paused;
+    unsigned char *pause_copy; /* the non-heap ranges at the last pause */
+    size_t pause_copy_size;
+    uint64_t paused_bytes; /* bytes of .data/.bss written while paused, not reported */
     int fd;
     bool own_fd;
     unsigned max_lines; /* miss lines per batch; 0 = all */
@@ -406,10 +413,17 @@ static void describe_data(char *out, size_t len, uintptr_t addr)
 int capture_verify_setup(bool want, uintptr_t heap_lo, uintptr_t heap_hi)
 {
     capture_verify_shutdown();
-    V.batches = V.missed = 0;
+    V.batches = V.missed = V.paused_bytes = 0;
+    V.in_batch = V.paused = false;
     V.enabled = want || env_on("MANGO_VERIFY_CAPTURE");
     if (!V.enabled)
         return MANGO_OK;
+    const char *pz = getenv("MANGO_VERIFY_PAUSED");
+    if (pz && *pz && strcmp(pz, "ignore") != 0 && strcmp(pz, "report") != 0) {
+        V.enabled = false;
+        return mango_error(MANGO_EINVAL, "MANGO_VERIFY_PAUSED=%s: expected \"report\" (the default) or \"ignore\"", pz);
+    }
+    V.ignore_paused = pz && strcmp(pz, "ignore") == 0;
     V.abort_on_miss = env_on("MANGO_VERIFY_ABORT");
     V.verbose = env_on("MANGO_VERIFY_VERBOSE");
     const char *ml = getenv("MANGO_VERIFY_MAX_REPORT");
@@ -443,15 +457,31 @@ int capture_verify_setup(bool want, uintptr_t heap_lo, uintptr_t heap_hi)
         return mango_error(MANGO_ENOMEM, "capture verifier: cannot map a %zu-byte shadow", V.shadow_size);
     }
     unsigned char *p = V.shadow;
+    size_t data_total = 0;
     for (unsigned i = 0; i < V.n; i++) {
         V.r[i].shadow = p;
         p += (V.r[i].hi - V.r[i].lo + PAGE - 1) & ~(size_t)(PAGE - 1);
+        if (!V.r[i].heap)
+            data_total += V.r[i].hi - V.r[i].lo;
+    }
+    if (V.ignore_paused) {
+        V.pause_copy_size = data_total ? data_total : PAGE;
+        V.pause_copy = mmap(NULL, V.pause_copy_size, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (V.pause_copy == MAP_FAILED) {
+            V.pause_copy = NULL;
+            munmap(V.shadow, V.shadow_size);
+            V.shadow = NULL;
+            V.enabled = false;
+            return mango_error(MANGO_ENOMEM, "capture verifier: cannot map a %zu-byte pause copy", V.pause_copy_size);
+        }
     }
     const vrange *h = heap_range();
     V.heap_hwm = h ? heap_top(h) : 0;
     load_symbols();
-    report("mango-verify: on: %u durable range(s), %zu symbol(s)%s\n", V.n, V.nsyms,
-           V.abort_on_miss ? ", abort on first miss" : "");
+    report("mango-verify: on: %u durable range(s), %zu symbol(s)%s%s\n", V.n, V.nsyms,
+           V.abort_on_miss ? ", abort on first miss" : "",
+           V.ignore_paused ? ", .data/.bss stores made while a batch is paused not reported" : "");
     return MANGO_OK;
 }
 
@@ -459,11 +489,21 @@ void capture_verify_shutdown(void)
 {
     if (!V.enabled)
         return;
-    report("mango-verify: total: %llu batch(es) verified, %llu missed block(s)\n",
-           (unsigned long long)V.batches, (unsigned long long)V.missed);
+    if (V.ignore_paused)
+        report("mango-verify: total: %llu batch(es) verified, %llu missed block(s), %llu byte(s) of "
+               ".data/.bss written while paused (MANGO_VERIFY_PAUSED=ignore)\n",
+               (unsigned long long)V.batches, (unsigned long long)V.missed,
+               (unsigned long long)V.paused_bytes);
+    else
+        report("mango-verify: total: %llu batch(es) verified, %llu missed block(s)\n",
+               (unsigned long long)V.batches, (unsigned long long)V.missed);
     if (V.shadow)
         munmap(V.shadow, V.shadow_size);
     V.shadow = NULL;
+    if (V.pause_copy)
+        munmap(V.pause_copy, V.pause_copy_size);
+    V.pause_copy = NULL;
+    V.ignore_paused = false;
     if (V.tkey) {
         munmap(V.tkey, V.tcap * sizeof *V.tkey);
         munmap(V.tmask, V.tcap * sizeof *V.tmask);
@@ -540,6 +580,8 @@ static bool table_fill(const dedup_set *set)
 void capture_verify_begin(unsigned n_commands)
 {
     V.ncmds = n_commands;
+    V.in_batch = true;
+    V.paused = false;
     for (unsigned i = 0; i < V.n; i++) {
         vrange *r = &V.r[i];
         if (r->heap) {
@@ -622,8 +664,59 @@ static void diff_range(const vrange *r, size_t len, batch_tally *t)
     }
 }
 
+/* ---- pauses (MANGO_VERIFY_PAUSED=ignore) --------------------------------
+ * The runtime calls these when an open batch stops and starts capturing
+ * (mango_batch_pause / _resume). Stores to .data/.bss made in between are the
+ * application's transient bookkeeping by its own declaration, so the bytes
+ * they change are copied into the snapshot, as if the batch had begun with
+ * them. A byte written both while capturing (uncaptured) and while paused is
+ * then missed by the check. Stores to the durable heap while paused are
+ * still reported: nothing logs them. */
+void capture_verify_pause(void)
+{
+    if (!V.enabled || !V.ignore_paused || !V.in_batch || V.paused)
+        return;
+    unsigned char *p = V.pause_copy;
+    for (unsigned i = 0; i < V.n; i++) {
+        const vrange *r = &V.r[i];
+        if (r->heap)
+            continue;
+        memcpy(p, (const void *)r->lo, r->hi - r->lo);
+        p += r->hi - r->lo;
+    }
+    V.paused = true;
+}
+
+void capture_verify_resume(void)
+{
+    if (!V.paused)
+        return;
+    V.paused = false;
+    const unsigned char *p = V.pause_copy;
+    for (unsigned i = 0; i < V.n; i++) {
+        const vrange *r = &V.r[i];
+        if (r->heap)
+            continue;
+        const unsigned char *cur = (const unsigned char *)r->lo;
+        size_t len = r->hi - r->lo;
+        for (size_t off = 0; off < len; off += PAGE) {
+            size_t n = len - off < PAGE ? len - off : PAGE;
+            if (memcmp(cur + off, p + off, n) == 0)
+                continue;
+            for (size_t o = off; o < off + n; o++)
+                if (cur[o] != p[o]) {
+                    r->shadow[o] = cur[o];
+                    V.paused_bytes++;
+                }
+        }
+        p += len;
+    }
+}
+
 void capture_verify_end(const dedup_set *set)
 {
+    capture_verify_resume(); /* a batch ended while paused */
+    V.in_batch = false;
     V.batches++;
     if (!table_fill(set)) {
         report("mango-verify: batch %llu: out of memory for the captured-block table; not verified\n",

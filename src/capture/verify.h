@@ -36,6 +36,13 @@ bool capture_verify_enabled(void);
  * end: after capture is switched off, before the set is consumed. */
 void capture_verify_begin(unsigned n_commands);
 void capture_verify_end(const dedup_set *set);
+/* An open batch stops (pause) and starts (resume) capturing. With
+ * MANGO_VERIFY_PAUSED=ignore, .data/.bss bytes changed in between are not
+ * reported (the application's transient bookkeeping); durable-heap stores
+ * made in between still are. Otherwise, and outside a verified batch,
+ * no-ops. Call pause only on a capturing -> paused transition. */
+void capture_verify_pause(void);
+void capture_verify_resume(void);
 
 /* Counters since setup (readable after shutdown). */
 void capture_verify_stats(uint64_t *batches, uint64_t *missed_blocks);

@@ -1013,6 +1013,8 @@ int mango_batch_pause(void)
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_pause: no batch is open on this thread");
     if (rt.durable) {
+        if (rt.verify && mango_capture_active)
+            capture_verify_pause();
         mango_capture_active = false;
         split_alloc_rw_thread = false;
     }
@@ -1024,6 +1026,8 @@ int mango_batch_resume(void)
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_resume: no batch is open on this thread");
     if (rt.durable) {
+        if (rt.verify && !mango_capture_active)
+            capture_verify_resume();
         mango_capture_active = true;
         split_alloc_rw_thread = true;
     }
