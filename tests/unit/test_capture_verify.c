@@ -291,14 +291,20 @@ static void check_runtime_files(void)
 
 static mango_callbacks callbacks = {.is_read_only = is_ro, .process_request = process};
 
+/* A child's own pool and report paths (256 bytes each), removed. */
+static void child_files(const char *tag, char *cpool, char *creport)
+{
+    snprintf(cpool, 256, "/dev/shm/test_capture_verify.%d.%s.pool", (int)getpid(), tag);
+    snprintf(creport, 256, "/dev/shm/test_capture_verify.%d.%s.report", (int)getpid(), tag);
+    unlink(cpool);
+    unlink(creport);
+}
+
 /* 7: in a child, before the parent starts the runtime. */
 static void check_abort(void)
 {
     char cpool[256], creport[256];
-    snprintf(cpool, sizeof cpool, "/dev/shm/test_capture_verify.%d.child.pool", (int)getpid());
-    snprintf(creport, sizeof creport, "/dev/shm/test_capture_verify.%d.child.report", (int)getpid());
-    unlink(cpool);
-    unlink(creport);
+    child_files("child", cpool, creport);
     pid_t pid = fork();
     if (pid == 0) {
         struct rlimit no_core = {0, 0};
@@ -354,10 +360,7 @@ static outcome run_batch(void (*fn)(void *), void *arg)
 static void check_paused_ignored(void)
 {
     char cpool[256], creport[256];
-    snprintf(cpool, sizeof cpool, "/dev/shm/test_capture_verify.%d.paused.pool", (int)getpid());
-    snprintf(creport, sizeof creport, "/dev/shm/test_capture_verify.%d.paused.report", (int)getpid());
-    unlink(cpool);
-    unlink(creport);
+    child_files("paused", cpool, creport);
     pid_t pid = fork();
     if (pid == 0) {
         setenv("MANGO_VERIFY_REPORT", creport, 1);
