@@ -2,8 +2,10 @@
 #define _GNU_SOURCE
 #include "pool/pool.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <libgen.h>
 #include <linux/magic.h>
 #include <stdio.h>
@@ -69,6 +71,66 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
     return MANGO_OK;
 }
 
+/* A creation killed before its rename leaves "<pool>.tmp.<pid>", as large as
+ * the pool. Remove the ones of this pool whose process is gone and whose file
+ * nobody holds locked (a creator locks its file at once; the lock also covers
+ * a creator in another PID namespace, which kill() cannot see). Best effort:
+ * a file that cannot be examined is left alone. */
+static void remove_abandoned_creations(const char *path)
+{
+    char dirbuf[4096], basebuf[4096];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    snprintf(basebuf, sizeof basebuf, "%s", path);
+    const char *dir = dirname(dirbuf);
+    char prefix[4096 + 8];
+    size_t plen = (size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", basename(basebuf));
+    if (plen >= sizeof prefix)
+        return;
+    DIR *d = opendir(dir);
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, prefix, plen) != 0)
+            continue;
+        const char *digits = e->d_name + plen;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (digits[0] < '1' || digits[0] > '9' || *end || errno || pid > INT32_MAX)
+            continue;
+        if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        struct stat st;
+        if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
+            unlinkat(dirfd(d), e->d_name, 0) == 0)
+            fprintf(stderr, "mangosteen: removed %s/%s (%lld bytes), left by a pool creation whose process %ld is gone\n",
+                    dir, e->d_name, (long long)st.st_size, pid);
+        close(fd);
+    }
+    closedir(d);
+}
+
+/* Move the finished temporary file to path unless path exists (another
+ * process may have created the pool meanwhile: its pool is never replaced).
+ * 0, or an errno. */
+static int publish_new_pool(const char *tmp, const char *path)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return errno;
+    /* A file system without RENAME_NOREPLACE: a hard link fails on an
+     * existing name too. */
+    if (link(tmp, path) != 0)
+        return errno;
+    unlink(tmp);
+    return 0;
+}
+
 int pool_create(const char *path, const pool_create_params *pp)
 {
     if (access(path, F_OK) == 0)
@@ -106,10 +168,14 @@ int pool_create(const char *path, const pool_create_params *pp)
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
         return mango_error(MANGO_EINVAL, "pool path too long");
+    remove_abandoned_creations(path);
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot create %s: %s", tmp,
                            strerror(errno));
+    /* Held until the file is renamed: tells remove_abandoned_creations()
+     * of other processes that this creation is alive. */
+    flock(fd, LOCK_EX | LOCK_NB);
     int rc = MANGO_OK;
     /* Reserve the blocks up front on real file systems (ENOSPC now, not as a
      * SIGBUS later); on tmpfs stay sparse so unused heap costs no memory. */
@@ -170,8 +236,13 @@ int pool_create(const char *path, const pool_create_params *pp)
         goto fail;
     }
     munmap(base, pool_size);
-    if (rename(tmp, path) != 0) {
-        rc = mango_error(MANGO_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    int pe = publish_new_pool(tmp, path);
+    if (pe == EEXIST) {
+        rc = mango_error(MANGO_EEXIST, "pool %s already exists (another process created it meanwhile)", path);
+        goto fail;
+    }
+    if (pe != 0) {
+        rc = mango_error(MANGO_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(pe));
         goto fail;
     }
     close(fd);

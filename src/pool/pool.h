@@ -46,7 +46,8 @@ typedef struct pool_create_params {
     const char *fingerprint_text;
 } pool_create_params;
 
-/* Create a new pool at path (fails with MANGO_EEXIST if it exists). Built in a
+/* Create a new pool at path (fails with MANGO_EEXIST if it exists, also when
+ * another process creates it meanwhile: a pool is never replaced). Built in a
  * temporary file and renamed into place, so a crash never leaves half a pool. */
 int pool_create(const char *path, const pool_create_params *params);
 
