@@ -14,7 +14,7 @@
  * writes count in the last bucket), from which the p50/p99/p99.9 are read.
  *
  *   dsync_writers [--dir DIR] [--writers LIST] [--spinners LIST] [--seconds S]
- *                 [--writer-nice N]
+ *                 [--writer-nice N] [--spinners-yield-after US]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -41,6 +41,13 @@ static uint64_t done[MAX_THREADS];
 static int failed_errno;
 static int writer_nice;        /* --writer-nice: applied by each writer to itself */
 static int writer_nice_errno;  /* setpriority's failure, reported once */
+/* --spinners-yield-after US: a spinner that sees a write in flight for longer
+ * than this sleeps until no write has been in flight that long (0: never).
+ * Does idling a vCPU while a sync is slow let the host finish it sooner? */
+static uint64_t yield_after_ns;
+static _Atomic uint64_t write_started_ns[MAX_THREADS]; /* 0: not in a write */
+static atomic_int writers_running;
+static _Atomic uint64_t spinner_sleeps;
 
 /* Per-write latency: 1 us buckets; the last one holds everything slower. */
 #define HIST_BUCKETS 100000
@@ -66,10 +73,12 @@ static void *writer_main(void *arg)
     while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         off_t off = ((off_t)w * SLOTS_PER_WRITER + (off_t)(n % SLOTS_PER_WRITER)) * SLOT;
         uint64_t t0 = now_ns();
+        atomic_store_explicit(&write_started_ns[w], t0, memory_order_relaxed);
         if (pwrite(fd, buf, SLOT, off) != SLOT) {
             failed_errno = errno ? errno : EIO;
             break;
         }
+        atomic_store_explicit(&write_started_ns[w], 0, memory_order_relaxed);
         uint64_t us = (now_ns() - t0) / 1000;
         hist[w][us < HIST_BUCKETS ? us : HIST_BUCKETS - 1]++;
         n++;
@@ -79,12 +88,33 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* A write in flight for longer than yield_after_ns? */
+static bool slow_write_in_flight(void)
+{
+    uint64_t now = now_ns();
+    int n = atomic_load_explicit(&writers_running, memory_order_relaxed);
+    for (int w = 0; w < n; w++) {
+        uint64_t t = atomic_load_explicit(&write_started_ns[w], memory_order_relaxed);
+        if (t && now - t > yield_after_ns)
+            return true;
+    }
+    return false;
+}
+
 static void *spinner_main(void *arg)
 {
     (void)arg;
     volatile uint64_t x = 0;
-    while (!atomic_load_explicit(&stop, memory_order_relaxed))
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         x++;
+        if (yield_after_ns && (x & 255) == 0 && slow_write_in_flight()) {
+            atomic_fetch_add_explicit(&spinner_sleeps, 1, memory_order_relaxed);
+            do {
+                struct timespec ts = {0, 200000};
+                nanosleep(&ts, NULL);
+            } while (slow_write_in_flight() && !atomic_load_explicit(&stop, memory_order_relaxed));
+        }
+    }
     return NULL;
 }
 
@@ -104,7 +134,12 @@ static void usage(FILE *f)
             "\n"
             "  --writer-nice N   each writer sets its own nice value to N (-20..19;\n"
             "                    below 0 needs root or CAP_SYS_NICE), the spinners\n"
-            "                    stay at the process's: does priority protect a sync?\n");
+            "                    stay at the process's: does priority protect a sync?\n"
+            "  --spinners-yield-after US\n"
+            "                    a spinner that sees a write in flight for more than\n"
+            "                    US microseconds sleeps (200 us naps) until none is:\n"
+            "                    does letting a vCPU idle while a sync is slow help\n"
+            "                    the host complete it? (default 0: never)\n");
 }
 
 static int parse_list(const char *s, int *out, int max)
@@ -180,6 +215,15 @@ int main(int argc, char **argv)
             }
             writer_nice = (int)n;
             i++;
+        } else if (!strcmp(a, "--spinners-yield-after") && v) {
+            char *end;
+            long us = strtol(v, &end, 10);
+            if (*end || us < 0 || us > 1000000) {
+                fprintf(stderr, "dsync_writers: --spinners-yield-after %s: expected 0..1000000 (us)\n", v);
+                return 2;
+            }
+            yield_after_ns = (uint64_t)us * 1000;
+            i++;
         } else if (!strcmp(a, "--seconds") && v) {
             seconds = strtod(v, NULL);
             if (!(seconds > 0 && seconds <= 3600)) {
@@ -229,6 +273,10 @@ int main(int argc, char **argv)
                     return 1;
                 }
             }
+            atomic_store(&writers_running, writers[b]);
+            atomic_store(&spinner_sleeps, 0);
+            for (int i = 0; i < writers[b]; i++)
+                atomic_store(&write_started_ns[i], 0);
             for (long i = 0; i < spinners[a]; i++)
                 pthread_create(&t[MAX_THREADS + i], NULL, spinner_main, NULL);
             for (long i = 0; i < writers[b]; i++)
@@ -262,6 +310,10 @@ int main(int argc, char **argv)
                    (unsigned long long)percentile_us(writers[b], total, 0.99),
                    (unsigned long long)percentile_us(writers[b], total, 0.999),
                    (unsigned long long)count_over_us(writers[b], 1000));
+            if (yield_after_ns)
+                printf("    spinner_sleeps=%llu (a spinner slept while a write was in flight > %llu us)\n",
+                       (unsigned long long)atomic_load(&spinner_sleeps),
+                       (unsigned long long)(yield_after_ns / 1000));
             fflush(stdout);
         }
     for (int i = 0; i < MAX_THREADS; i++)
