@@ -1029,9 +1029,12 @@ def recovery_md(rows):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
-    p.add_argument("--durable", default=os.path.join(REPO, "build/redis-work/redis-server-durable"))
-    p.add_argument("--stock", default=shutil.which("redis-server") or "/usr/bin/redis-server")
-    p.add_argument("--ycsb", default=os.path.join(REPO, "build/bench/ycsb/ycsb_redis"))
+    p.add_argument("--durable", default=os.path.join(REPO, "build/redis-work/redis-server-durable"),
+                   help="the durable redis-server (default: the build's, from redis/build.sh)")
+    p.add_argument("--stock", default=shutil.which("redis-server") or "/usr/bin/redis-server",
+                   help="stock Redis 7.0.15 for the none / AOF systems (default: redis-server on PATH)")
+    p.add_argument("--ycsb", default=os.path.join(REPO, "build/bench/ycsb/ycsb_redis"),
+                   help="the load generator (default: the build's ycsb_redis)")
     p.add_argument("--systems", type=csv_list, default=DEFAULT_SYSTEMS,
                    help="comma list from: " + ",".join(ALL_SYSTEMS))
     p.add_argument("--paced-factor", type=float, default=1.51,
@@ -1041,19 +1044,24 @@ def main():
                         "short): fs mode's p99 at that throughput")
     p.add_argument("--mixes", type=csv_list, default=["A", "B", "C", "F", "U10", "U90", "U100"],
                    help="A,B,C,F and/or U<P> (default A,B,C,F,U10,U90,U100)")
-    p.add_argument("--clients", type=int_list, default=[1, 8, 32])
-    p.add_argument("--records", type=int, default=100000)
-    p.add_argument("--load-clients", type=int, default=32)
+    p.add_argument("--clients", type=int_list, default=[1, 8, 32],
+                   help="comma list of closed-loop client counts, one cell each (default 1,8,32)")
+    p.add_argument("--records", type=int, default=100000,
+                   help="YCSB records loaded into each fresh server (10 fields of 100 bytes; default 100000)")
+    p.add_argument("--load-clients", type=int, default=32, help="clients of the load phase (default 32)")
     p.add_argument("--seconds", type=float, default=5.0, help="run seconds per cell (default 5)")
-    p.add_argument("--repeat", type=int, default=1)
-    p.add_argument("--ycsb-threads", type=int, default=2)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="repetitions of the whole grid; tables show medians and ranges (default 1)")
+    p.add_argument("--ycsb-threads", type=int, default=2,
+                   help="ycsb_redis threads sharing the clients (default 2)")
     p.add_argument("--fs-dir", default="/var/tmp", help="disk directory for the fs pool and AOFs")
     p.add_argument("--transport", choices=("tcp", "unix"), default="tcp",
                    help="how ycsb_redis reaches the servers: TCP loopback (default) or a "
                         "Unix-domain socket (--unixsocket); the recovery benchmark always uses TCP")
     p.add_argument("--pin", type=pin_spec, default=None, metavar="SERVER:CLIENT",
                    help="pin servers and ycsb_redis to these CPU lists (e.g. 1:0); default: unpinned")
-    p.add_argument("--shm-dir", default="/dev/shm")
+    p.add_argument("--shm-dir", default="/dev/shm",
+                   help="tmpfs directory for emulated-mode pools and stock-aof-always-shm (default /dev/shm)")
     p.add_argument("--dsync-probe", default=os.path.join(REPO, "build/bench/dsync_writers"),
                    help="dsync_writers binary for the disk probe before and after the grid (\"\" = none)")
     p.add_argument("--pool-size", default=None, help="MANGO_POOL_SIZE (default: the runtime's)")
@@ -1062,7 +1070,9 @@ def main():
                    help="recovery benchmark dataset size in GB of payload (0 = skip; e.g. 1)")
     p.add_argument("--recovery-only", action="store_true", help="skip the YCSB grid")
     p.add_argument("--recovery-systems", type=csv_list,
-                   default=["durable-emulated", "durable-fs", "stock"])
+                   default=["durable-emulated", "durable-fs", "stock"],
+                   help="comma list of systems restarted by the recovery benchmark "
+                        "(default durable-emulated,durable-fs,stock)")
     p.add_argument("--recovery-methods", type=csv_list, default=["map", "copy"],
                    help="durable restarts: MANGO_RESTORE values to measure, each on the same pool "
                         "(map = copy-on-write mapping of the pool, copy = the heap copied; default both)")
@@ -1075,7 +1085,8 @@ def main():
                    help="load once, into the durable-fs pool, and restart durable-emulated from a copy of "
                         "that pool on /dev/shm (halves the memory: a 4 GB load in emulated mode needs the "
                         "DRAM heap and the tmpfs pool at once)")
-    p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"))
+    p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"),
+                   help="output directory: results.csv, results.md, PNG figures (default ./redis-bench-results)")
     p.add_argument("--replot", action="store_true", help="only redo results.md and PNGs from results.csv")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
     p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
@@ -1095,6 +1106,13 @@ def main():
         p.error("durable-fs-paced is paced at stock-aof-always's rate: list stock-aof-always too")
     if not args.paced_factor > 0:
         p.error("--paced-factor must be above 0")
+    for name in ("records", "load_clients", "repeat", "ycsb_threads"):
+        if getattr(args, name) < 1:
+            p.error("--%s must be at least 1" % name.replace("_", "-"))
+    if not args.seconds > 0:
+        p.error("--seconds must be above 0")
+    if any(c < 1 for c in args.clients):
+        p.error("--clients: every count must be at least 1")
     os.makedirs(args.out, exist_ok=True)
     csv_path = os.path.join(args.out, "results.csv")
     rec_path = os.path.join(args.out, "recovery.csv")
