@@ -76,14 +76,10 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
  * nobody holds locked (a creator locks its file at once; the lock also covers
  * a creator in another PID namespace, which kill() cannot see). Best effort:
  * a file that cannot be examined is left alone. */
-static void remove_abandoned_creations(const char *path)
+static void remove_abandoned_creations(const char *dir, const char *base)
 {
-    char dirbuf[4096], basebuf[4096];
-    snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    snprintf(basebuf, sizeof basebuf, "%s", path);
-    const char *dir = dirname(dirbuf);
     char prefix[4096 + 8];
-    size_t plen = (size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", basename(basebuf));
+    size_t plen = (size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", base);
     if (plen >= sizeof prefix)
         return;
     DIR *d = opendir(dir);
@@ -168,7 +164,13 @@ int pool_create(const char *path, const pool_create_params *pp)
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
         return mango_error(MANGO_EINVAL, "pool path too long");
-    remove_abandoned_creations(path);
+    /* The pool's directory and file name (libgen's functions may write to
+     * their argument: each gets its own copy). */
+    char dirbuf[4096], basebuf[4096];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    snprintf(basebuf, sizeof basebuf, "%s", path);
+    const char *dir = dirname(dirbuf);
+    remove_abandoned_creations(dir, basename(basebuf));
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot create %s: %s", tmp,
@@ -248,9 +250,7 @@ int pool_create(const char *path, const pool_create_params *pp)
     close(fd);
     /* Until the directory entry is durable a power failure could lose the
      * whole pool, and the next start would create a FRESH one: an error. */
-    char dirbuf[4096];
-    snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    e = persist_sync_directory(dirname(dirbuf), "pool.create_dir_sync");
+    e = persist_sync_directory(dir, "pool.create_dir_sync");
     if (e != 0) {
         unlink(path);
         return mango_error(MANGO_EIO, "cannot sync the directory of new pool %s: %s", path,
