@@ -31,6 +31,25 @@
  * last chunk is never a free large one, and a chunk has the flag exactly when
  * the chunk below it is a free large one whose footer holds its size.
  *
+ * Slabs. A request of up to 64 bytes takes a headerless object of 16, 32,
+ * 48 or 64 bytes (slab class 0..3) from a slab: a chunk (class CLS_SLAB,
+ * never freed) of exactly 16 KiB whose payload starts on a 16 KiB boundary
+ * of the range, so it fills one 16 KiB region but for its last 8 bytes,
+ * where the next chunk's header goes. The slab map, a byte per region of the
+ * range in a large chunk of its own made with the first slab, names each
+ * slab region's class (value class + 1; 0: not a slab); free() and
+ * usable_size() look a pointer's region up there before reading a header,
+ * and no chunk's payload starts in a slab region. A class hands out freed
+ * objects first (a LIFO list linked through their first word), then the
+ * never-used objects of its newest slab in order (slab_next), then a new
+ * slab. Carving a slab at top first skips to the next boundary; the
+ * skipped bytes become the hole, a free chunk (CLS_HOLE) that small chunk
+ * requests carve from before they carve at top. Only one hole exists; the
+ * smaller of an old hole and a new gap is cut into free small chunks.
+ * A slab class falls back to an ordinary small chunk when no slab can be
+ * made (a heap too small or full). Slab objects count in inuse_chunks and
+ * allocated (by their size) like chunks; slab and map chunks do not.
+ *
  * memalign over-allocates by `align` bytes and places an 8-byte ALIAS header
  * right before the aligned pointer; it records the distance back to the real
  * chunk. Freeing through an alias inverts the alias's magic, so a second free
@@ -51,6 +70,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "mango.h"
@@ -71,6 +91,12 @@ _Static_assert(sizeof(dheap_root) <= FIRST_OFF, "the root must end before the fi
 #define PREV_FREE_LARGE 0x80u /* state flag: the chunk below is a free large one */
 #define CLS_LARGE 0xFFu
 #define CLS_ALIAS 0xFEu
+#define CLS_SLAB 0xFDu /* an in-use chunk holding a slab */
+#define CLS_HOLE 0xFCu /* the free chunk left below the newest slab */
+#define SLAB_SHIFT 14
+#define SLAB ((uint64_t)1 << SLAB_SHIFT)
+_Static_assert(SLAB == DHEAP_SLAB_BYTES, "slab size is part of the format");
+_Static_assert(DHEAP_SLAB_MAX == DHEAP_NSLABS * 16, "slab classes step by 16 bytes");
 /* size16 is 32 bits: chunks stay below 64 GiB. */
 #define MAX_CHUNK ((((uint64_t)UINT32_MAX) << 4) & ~((uint64_t)PAGE - 1))
 
@@ -81,7 +107,7 @@ typedef struct chunk_hdr {
     uint8_t state;   /* ST_INUSE, ST_FREE or ST_ALIAS, | PREV_FREE_LARGE */
 } chunk_hdr;
 _Static_assert(sizeof(chunk_hdr) == HDR, "chunk header must be 8 bytes");
-_Static_assert(DHEAP_NCLASSES < CLS_ALIAS, "class indexes fit the header");
+_Static_assert(DHEAP_NCLASSES < CLS_HOLE, "class indexes fit the header");
 
 static char *g_base;
 static uint64_t g_cap;
@@ -298,6 +324,189 @@ static void free_chunk(uint64_t off)
     make_free_large(off, sz, flag);
 }
 
+/* ---- the hole and slabs -------------------------------------------------- */
+
+/* Make [off, off + size) free small chunks of up to 1024 bytes, listed by
+ * class. flag: the first chunk's PREV_FREE_LARGE flag. */
+static void release_as_small(uint64_t off, uint64_t size, uint8_t flag)
+{
+    dheap_root *r = g_root;
+    while (size) {
+        uint64_t piece = size > 1024 ? 1024 : size;
+        unsigned c = (unsigned)(piece / 16) - 1; /* class_chunk(c) == piece */
+        set_hdr(off, piece, ST_FREE, (uint8_t)c, flag);
+        META_SET(link_at(off)[0], r->small_free[c]);
+        META_SET(r->small_free[c], off);
+        flag = 0;
+        off += piece;
+        size -= piece;
+    }
+}
+
+/* Carve an in-use small chunk of `size` bytes from the hole; 0 if it has
+ * no room. */
+static uint64_t hole_carve(uint64_t size, uint8_t cls)
+{
+    dheap_root *r = g_root;
+    uint64_t h = r->hole;
+    if (!h)
+        return 0;
+    chunk_hdr *hh = hdr_at(h);
+    uint64_t sz = csize(hh);
+    if (hh->magic != magic_for(h) || hh->cls != CLS_HOLE || cstate(hh) != ST_FREE)
+        die("malloc", g_base + h + HDR, "corrupt hole");
+    if (size > sz)
+        return 0;
+    uint8_t flag = prev_flag(hh);
+    if (sz > size) {
+        set_hdr(h + size, sz - size, ST_FREE, CLS_HOLE, 0);
+        META_SET(r->hole, h + size);
+    } else {
+        META_SET(r->hole, (uint64_t)0);
+    }
+    set_hdr(h, size, ST_INUSE, cls, flag);
+    return h;
+}
+
+static inline uint64_t slab_obj(unsigned s) { return (uint64_t)(s + 1) * 16; }
+/* Objects in one slab: its 16 KiB but the last 8 bytes. */
+static inline uint64_t slab_count(unsigned s) { return (SLAB - HDR) / slab_obj(s); }
+static inline uint64_t map_len(void) { return (g_cap + SLAB - 1) >> SLAB_SHIFT; }
+
+/* The slab class of the region holding offset u (< top), or -1. */
+static inline int slab_class_at(uint64_t u)
+{
+    uint64_t m = g_root->slab_map;
+    if (!m)
+        return -1;
+    return (int)((const uint8_t *)g_base)[m + (u >> SLAB_SHIFT)] - 1;
+}
+
+/* Is u an object of the slab class s that has been handed out at least once
+ * (its region is a slab of s, it is on an object boundary, and not past the
+ * newest slab's next never-used object)? */
+static bool slab_obj_valid(uint64_t u, unsigned s)
+{
+    dheap_root *r = g_root;
+    if (u < FIRST_OFF + HDR || u >= r->top || slab_class_at(u) != (int)s)
+        return false;
+    uint64_t in = u & (SLAB - 1);
+    if (in % slab_obj(s) || in / slab_obj(s) >= slab_count(s))
+        return false;
+    uint64_t next = r->slab_next[s];
+    return !(next && (next & ~(SLAB - 1)) == (u & ~(SLAB - 1)) && u >= next);
+}
+
+static void zero_payload(char *p, size_t total);
+
+/* The slab map: a large chunk of map_len() zero bytes. */
+static bool map_create(void)
+{
+    dheap_root *r = g_root;
+    uint64_t hwm = r->hwm;
+    uint64_t off = alloc_large(ROUND_UP(map_len() + HDR, PAGE));
+    if (!off)
+        return false;
+    if (!hwm || off < hwm) /* reused space; else zero already (see calloc) */
+        zero_payload(g_base + off + HDR, (size_t)map_len());
+    META_SET(r->slab_map, off + HDR);
+    return true;
+}
+
+/* A new slab of class s at top (after the hole its alignment leaves); false
+ * if the range has no room. */
+static bool slab_new(unsigned s)
+{
+    dheap_root *r = g_root;
+    if (!r->slab_map && !map_create())
+        return false;
+    uint64_t top = r->top;
+    uint64_t obj = ROUND_UP(top + HDR, SLAB); /* the slab's payload */
+    uint64_t off = obj - HDR;
+    if (obj > g_cap || SLAB - HDR > g_cap - obj)
+        return false;
+    if (off > top) {
+        /* Keep the bigger of the old hole and the new gap as the hole. The
+         * chunk below top is never a free large one: no flag. */
+        uint64_t gap = off - top, h = r->hole;
+        if (h && csize(hdr_at(h)) >= gap) {
+            release_as_small(top, gap, 0);
+        } else {
+            if (h) {
+                META_SET(r->hole, (uint64_t)0);
+                release_as_small(h, csize(hdr_at(h)), prev_flag(hdr_at(h)));
+            }
+            set_hdr(top, gap, ST_FREE, CLS_HOLE, 0);
+            META_SET(r->hole, top);
+        }
+    }
+    set_hdr(off, SLAB, ST_INUSE, CLS_SLAB, 0);
+    META_SET(r->top, off + SLAB);
+    if (r->hwm && off + SLAB > r->hwm)
+        META_SET(r->hwm, off + SLAB);
+    META_SET(((uint8_t *)g_base)[r->slab_map + (obj >> SLAB_SHIFT)], (uint8_t)(s + 1));
+    META_SET(r->slab_next[s], obj);
+    return true;
+}
+
+/* An object of slab class s (its offset), counted; 0 if no slab can be made. */
+static uint64_t slab_alloc(unsigned s)
+{
+    dheap_root *r = g_root;
+    uint64_t u = r->slab_free[s];
+    if (u) {
+        if (!slab_obj_valid(u, s))
+            die("malloc", g_base + u, "corrupt slab free list");
+        META_SET(r->slab_free[s], *(uint64_t *)(g_base + u));
+    } else {
+        u = r->slab_next[s];
+        if (!u) {
+            if (!slab_new(s))
+                return 0;
+            u = r->slab_next[s];
+        }
+        uint64_t next = u + slab_obj(s);
+        if ((next & (SLAB - 1)) / slab_obj(s) >= slab_count(s) || !(next & (SLAB - 1)))
+            next = 0; /* the slab is used up */
+        META_SET(r->slab_next[s], next);
+    }
+    META_SET(r->allocated, r->allocated + slab_obj(s));
+    META_SET(r->inuse_chunks, r->inuse_chunks + 1);
+    META_SET(r->slab_objects, r->slab_objects + 1);
+    return u;
+}
+
+/* If p is in a slab region, validate it as an object of that slab and return
+ * its class; else -1 (p is checked as a chunk's payload then). */
+static int slab_resolve(const char *op, const void *p)
+{
+    if (!g_root)
+        die(op, p, "durable heap not attached");
+    if (!dheap_contains(p))
+        die(op, p, "pointer not in the durable heap");
+    uint64_t u = (uint64_t)((const char *)p - g_base);
+    if (u >= g_root->top)
+        return -1; /* resolve() refuses it */
+    int s = slab_class_at(u);
+    if (s < 0)
+        return -1;
+    if (s >= DHEAP_NSLABS || !slab_obj_valid(u, (unsigned)s))
+        die(op, p, "invalid pointer (not an object of its slab)");
+    return s;
+}
+
+static void slab_free(uint64_t u, unsigned s)
+{
+    dheap_root *r = g_root;
+    if (u == r->slab_free[s])
+        die("free", g_base + u, "double free");
+    META_SET(*(uint64_t *)(g_base + u), r->slab_free[s]);
+    META_SET(r->slab_free[s], u);
+    META_SET(r->allocated, r->allocated - slab_obj(s));
+    META_SET(r->inuse_chunks, r->inuse_chunks - 1);
+    META_SET(r->slab_objects, r->slab_objects - 1);
+}
+
 /* Validate a user pointer; return the offset of its (in-use) chunk. If p is
  * a memalign alias, *alias gets the alias header's offset (else 0). Aborts on
  * foreign pointers, double frees and corrupt headers. */
@@ -391,18 +600,24 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
         return 0;
     if (root->hwm && (root->hwm < top || root->hwm > capacity))
         return 0;
+    uint64_t map = root->slab_map, nmap = (capacity + SLAB - 1) >> SLAB_SHIFT;
+    if (map && (map < FIRST_OFF + HDR || map > top || nmap > top - map))
+        return 0;
+    if (root->hole && (root->hole < FIRST_OFF || root->hole >= top || (root->hole & 15) != (FIRST_OFF & 15)))
+        return 0;
+    for (unsigned s = 0; s < DHEAP_NSLABS; s++)
+        if ((root->slab_next[s] && (!map || root->slab_next[s] >= top || (root->slab_next[s] & 15))) ||
+            (root->slab_free[s] && (!map || root->slab_free[s] >= top || (root->slab_free[s] & 15))))
+            return 0;
+    if (root->slab_objects > root->inuse_chunks)
+        return 0;
     return top;
 }
 
-void *dheap_malloc(size_t n)
+/* malloc from chunks only (memalign's aliases need a header). */
+static void *chunk_malloc(size_t n)
 {
     dheap_root *r = g_root;
-    if (!r) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    if (n == 0)
-        n = 1;
     uint64_t off;
     if (n <= DHEAP_SMALL_MAX) {
         unsigned c = size_class(n);
@@ -415,7 +630,9 @@ void *dheap_malloc(size_t n)
             META_SET(r->small_free[c], link_at(off)[0]);
             set_hdr(off, csize(h), ST_INUSE, (uint8_t)c, prev_flag(h));
         } else {
-            off = carve(class_chunk(c), (uint8_t)c);
+            off = hole_carve(class_chunk(c), (uint8_t)c);
+            if (!off)
+                off = carve(class_chunk(c), (uint8_t)c);
         }
     } else if (n > MAX_CHUNK - HDR - PAGE) {
         off = 0;
@@ -431,10 +648,31 @@ void *dheap_malloc(size_t n)
     return g_base + off + HDR;
 }
 
+void *dheap_malloc(size_t n)
+{
+    if (!g_root) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (n == 0)
+        n = 1;
+    if (n <= DHEAP_SLAB_MAX) {
+        uint64_t u = slab_alloc((unsigned)((n + 15) / 16) - 1);
+        if (u)
+            return g_base + u;
+    }
+    return chunk_malloc(n);
+}
+
 void dheap_free(void *p)
 {
     if (!p)
         return;
+    int s = slab_resolve("free", p);
+    if (s >= 0) {
+        slab_free((uint64_t)((char *)p - g_base), (unsigned)s);
+        return;
+    }
     uint64_t alias;
     uint64_t off = resolve("free", p, &alias);
     if (alias)
@@ -446,6 +684,9 @@ size_t dheap_usable_size(const void *p)
 {
     if (!p)
         return 0;
+    int s = slab_resolve("malloc_usable_size", p);
+    if (s >= 0)
+        return (size_t)slab_obj((unsigned)s);
     uint64_t alias;
     uint64_t off = resolve("malloc_usable_size", p, &alias);
     return (size_t)(g_base + off + csize(hdr_at(off)) - (const char *)p);
@@ -468,6 +709,14 @@ void *dheap_calloc(size_t n, size_t size)
      * interior) when the runtime takes it, else block by block. */
     if (!p || (hwm && (uint64_t)(p - g_base) - HDR >= hwm))
         return p;
+    zero_payload(p, total);
+    return p;
+}
+
+/* Zero [p, p + total) in the heap and report it: as one zero range if the
+ * runtime takes it, else as ordinary stores. */
+static void zero_payload(char *p, size_t total)
+{
     /* memset is interposed (libc_interpose.c) and would report every block
      * itself: zero with capture off, then report as chosen below. The
      * barriers keep the compiler, which assumes memset reads no global,
@@ -485,7 +734,6 @@ void *dheap_calloc(size_t n, size_t size)
     } else {
         capture_payload(p, total);
     }
-    return p;
 }
 
 void *dheap_realloc(void *p, size_t n)
@@ -528,7 +776,11 @@ void *dheap_memalign(size_t align, size_t n)
         errno = ENOMEM;
         return NULL;
     }
-    char *p = dheap_malloc(n + align);
+    if (!g_root) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    char *p = chunk_malloc(n + align);
     if (!p || ((uintptr_t)p & (align - 1)) == 0)
         return p;
     /* p is 16-aligned, so a - p <= align and a + n stays inside the block. */
@@ -539,7 +791,10 @@ void *dheap_memalign(size_t align, size_t n)
     return a;
 }
 
-uint64_t dheap_root_payload(const dheap_root *root) { return root->allocated - root->inuse_chunks * HDR; }
+uint64_t dheap_root_payload(const dheap_root *root)
+{
+    return root->allocated - (root->inuse_chunks - root->slab_objects) * HDR;
+}
 
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
 {
@@ -564,6 +819,62 @@ static int check_fail(const char *why, uint64_t off)
     return -1;
 }
 
+/* The slab map, the per-class lists and counters against the slabs the walk
+ * found (slabs[c] per class); adds the slab objects' bytes to *inuse. */
+static int check_slabs(const uint64_t *slabs, uint64_t *inuse)
+{
+    dheap_root *r = g_root;
+    uint64_t named = 0, total = 0, objects = 0;
+    if (r->slab_map) {
+        const uint8_t *map = (const uint8_t *)g_base + r->slab_map;
+        for (uint64_t i = 0; i < map_len(); i++)
+            if (map[i])
+                named++;
+    }
+    for (unsigned c = 0; c < DHEAP_NSLABS; c++)
+        total += slabs[c];
+    if (named != total)
+        return check_fail("the slab map names regions that are not slabs", named);
+    /* One bit per 16 bytes up to top: each free object is listed once. */
+    size_t bits_len = (size_t)(r->top / 16 / 8 + 1);
+    uint8_t *seen = NULL;
+    if (total) {
+        seen = mmap(NULL, bits_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (seen == MAP_FAILED)
+            return check_fail("no memory for the check", bits_len);
+    }
+    int rc = 0;
+    for (unsigned c = 0; c < DHEAP_NSLABS && !rc; c++) {
+        uint64_t carved = slabs[c] * slab_count(c), next = r->slab_next[c];
+        if (next) {
+            uint64_t in = next & (SLAB - 1);
+            if (next >= r->top || slab_class_at(next) != (int)c || in % slab_obj(c) ||
+                in / slab_obj(c) >= slab_count(c))
+                rc = check_fail("root.slab_next is not an object of its class", next);
+            else
+                carved -= slab_count(c) - in / slab_obj(c);
+        }
+        uint64_t nfree = 0;
+        for (uint64_t e = r->slab_free[c]; e && !rc; e = *(const uint64_t *)(g_base + e)) {
+            if (!slab_obj_valid(e, c))
+                rc = check_fail("slab free list entry is not a used object of its class", e);
+            else if (seen[e >> 7] & (1u << ((e >> 4) & 7)))
+                rc = check_fail("slab object listed twice (double free?)", e);
+            else if (++nfree > carved)
+                rc = check_fail("slab free list longer than the objects carved", e);
+            else
+                seen[e >> 7] |= (uint8_t)(1u << ((e >> 4) & 7));
+        }
+        objects += carved - nfree;
+        *inuse += (carved - nfree) * slab_obj(c);
+    }
+    if (seen)
+        munmap(seen, bits_len);
+    if (!rc && objects != r->slab_objects)
+        rc = check_fail("root.slab_objects wrong", r->slab_objects);
+    return rc;
+}
+
 int dheap_check(void)
 {
     dheap_root *r = g_root;
@@ -574,6 +885,7 @@ int dheap_check(void)
 
     uint64_t free_small[DHEAP_NCLASSES] = {0};
     uint64_t free_large = 0, inuse = 0, inuse_n = 0, last = 0;
+    uint64_t slabs[DHEAP_NSLABS] = {0}, holes = 0;
     bool prev_free_large = false;
     uint64_t off = FIRST_OFF, top = r->top;
     while (off < top) {
@@ -588,7 +900,7 @@ int dheap_check(void)
             return check_fail("bad chunk size", off);
         if ((prev_flag(h) != 0) != prev_free_large)
             return check_fail("PREV_FREE_LARGE flag does not match the chunk below", off);
-        bool fl = false;
+        bool fl = false, counted = st == ST_INUSE;
         if (h->cls < DHEAP_NCLASSES) {
             if (sz != class_chunk(h->cls))
                 return check_fail("small chunk size does not match class", off);
@@ -604,11 +916,25 @@ int dheap_check(void)
                     return check_fail("free large chunk's footer is not its size", off);
                 free_large++;
                 fl = true;
+            } else if (off + HDR == r->slab_map) {
+                counted = false; /* the slab map: allocator metadata */
             }
+        } else if (h->cls == CLS_SLAB) {
+            if (st != ST_INUSE || sz != SLAB || ((off + HDR) & (SLAB - 1)))
+                return check_fail("bad slab chunk", off);
+            int c = slab_class_at(off + HDR);
+            if (c < 0 || c >= DHEAP_NSLABS)
+                return check_fail("slab chunk not named by the slab map", off);
+            slabs[c]++;
+            counted = false;
+        } else if (h->cls == CLS_HOLE) {
+            if (st != ST_FREE || off != r->hole)
+                return check_fail("a hole that is not the root's", off);
+            holes++;
         } else {
             return check_fail("bad chunk class", off);
         }
-        if (st == ST_INUSE) {
+        if (counted) {
             inuse += sz;
             inuse_n++;
         }
@@ -620,9 +946,14 @@ int dheap_check(void)
         return check_fail("chunks overrun top", off);
     if (prev_free_large)
         return check_fail("free large chunk at top", last);
+    if (r->hole && holes != 1)
+        return check_fail("root.hole is not a chunk", r->hole);
+    int rc = check_slabs(slabs, &inuse);
+    if (rc)
+        return rc;
     if (r->allocated != inuse)
         return check_fail("root.allocated wrong", r->allocated);
-    if (r->inuse_chunks != inuse_n)
+    if (r->inuse_chunks != inuse_n + r->slab_objects)
         return check_fail("root.inuse_chunks wrong", r->inuse_chunks);
     if (r->hwm && (r->hwm < r->top || r->hwm > g_cap))
         return check_fail("root.hwm below top or past the range", r->hwm);

@@ -18,9 +18,9 @@
 #include <stdint.h>
 
 #define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
-/* 3: 8-byte chunk headers, boundary tags, no root.last (versions 1 and 2
- * are refused) */
-#define DHEAP_VERSION 3
+/* 4: requests of up to 64 bytes are headerless slab objects (versions 1 to
+ * 3 are refused) */
+#define DHEAP_VERSION 4
 
 /* Small size classes, in chunk bytes (an 8-byte header included): 16..1024
  * in steps of 16 (64 classes), then four classes per doubling up to 32 KiB
@@ -30,6 +30,12 @@
 #define DHEAP_SMALL_MAX (32768 - 8) /* the largest small payload */
 /* Offset of the first chunk's header (its payload starts at 1024). */
 #define DHEAP_FIRST_CHUNK 1016
+/* Requests of up to DHEAP_SLAB_MAX bytes are served from slabs: objects of
+ * 16, 32, 48 or 64 bytes with no header, packed into 16 KiB regions of the
+ * range (aligned on 16 KiB) that a byte map names. */
+#define DHEAP_NSLABS 4
+#define DHEAP_SLAB_MAX 64
+#define DHEAP_SLAB_BYTES 16384
 
 typedef void (*dheap_capture_fn)(const void *addr, size_t len);
 /* Takes [addr, addr+len) (32-byte aligned), just zeroed, as one zero range
@@ -52,6 +58,13 @@ typedef struct dheap_root {
     uint64_t hwm; /* the highest top ever reached: the bytes from here on were never
                    * handed out, so they are zero in memory and in the pool
                    * (0: unknown, as in pools of the first version-2 builds) */
+    /* version 4: slabs */
+    uint64_t slab_map;  /* offset of the slab map (0: none yet): a byte per
+                         * DHEAP_SLAB_BYTES of the range, 0 or a slab class + 1 */
+    uint64_t slab_free[DHEAP_NSLABS]; /* per slab class: freed objects, LIFO (link in the first word) */
+    uint64_t slab_next[DHEAP_NSLABS]; /* per slab class: the newest slab's next never-used object (0: none) */
+    uint64_t slab_objects; /* slab objects in use (counted in inuse_chunks, their size in allocated) */
+    uint64_t hole; /* a free chunk left below the newest slab, carved first by small requests (0: none) */
 } dheap_root;
 
 /* Attach to [base, base+capacity), which must be mapped read-write.
@@ -86,7 +99,7 @@ void dheap_capture(const void *addr, size_t len);
 /* What the attached heap holds in use: *chunks allocations, *payload their
  * bytes (the sum of dheap_usable_size over them, except that a memalign
  * block counts whole, from its chunk's start) and *allocated the same with
- * the 8-byte chunk headers. O(1), read from the root, so right after
+ * the 8-byte chunk headers (slab objects have none). O(1), read from the root, so right after
  * recovery too. Zeros when nothing is attached; any pointer may be NULL. */
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
 /* The payload in use that a root image records (as dheap_usage's *payload). */

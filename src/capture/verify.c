@@ -379,6 +379,11 @@ static void describe_heap(char *out, size_t len, const vrange *h, uintptr_t addr
         {offsetof(dheap_root, large_free), 8, "large_free"},
         {offsetof(dheap_root, inuse_chunks), 8, "inuse_chunks"},
         {offsetof(dheap_root, hwm), 8, "hwm"},
+        {offsetof(dheap_root, slab_map), 8, "slab_map"},
+        {offsetof(dheap_root, slab_free), sizeof((dheap_root *)0)->slab_free, "slab_free"},
+        {offsetof(dheap_root, slab_next), sizeof((dheap_root *)0)->slab_next, "slab_next"},
+        {offsetof(dheap_root, slab_objects), 8, "slab_objects"},
+        {offsetof(dheap_root, hole), 8, "hole"},
     };
     if (off < sizeof(dheap_root)) {
         for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++)

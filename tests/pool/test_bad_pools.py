@@ -536,15 +536,16 @@ def test_corrupt_heap_root(workdir):
     assert_refused(p, "heap root")
 
 
-@pytest.mark.parametrize("version", [1, 2, 4])
+@pytest.mark.parametrize("version", [1, 2, 3, 5])
 def test_heap_root_of_another_version(workdir, version):
     """A well-formed heap root of another version of the durable heap (1: no
-    in-use chunk count; 2: 16-byte chunk headers) is refused as a version
-    problem, not as corruption, and the pool is left as it was."""
+    in-use chunk count; 2: 16-byte chunk headers; 3: no slabs; 5: a future
+    one) is refused as a version problem, not as corruption, and the pool is
+    left as it was."""
     p = make_pool(workdir)
     heap = [r for r in inspect_json(p)["regions"] if r["kind"] == "heap"][0]
     write_at(p, heap["mirror_offset"] + 8, struct.pack("<Q", version))  # dheap_root.version
-    assert_refused(p, "has format version %d, this build reads version 3 only" % version, "durable heap")
+    assert_refused(p, "has format version %d, this build reads version 4 only" % version, "durable heap")
 
 
 # ---- batches larger than a log frame (the big-batch file, POOL.bigbatch) ----

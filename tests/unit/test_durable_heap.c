@@ -5,10 +5,13 @@
  * phase, marks a shadow bitmap. The test reports its own payload writes the
  * same way, as an application's instrumentation would.
  *
- *  1. API basics and edge cases (realloc/calloc/memalign/usable_size).
+ *  1. API basics and edge cases (realloc/calloc/memalign/usable_size);
+ *     chunk sizes, boundary tags; slabs (headerless objects of up to 64
+ *     bytes), the hole, the fallback to chunks.
  *  2. Precise capture: per operation, snapshot the heap, run the op, diff;
  *     every changed byte must have been reported.
- *  3. Workload: 100k random malloc/calloc/memalign/realloc/free, 1 B..1 MiB,
+ *  3. Workload: 100k random malloc/calloc/memalign/realloc/free, 1 B..1 MiB
+ *     (then again with 80 % of the requests of 1..64 bytes),
  *     with pattern-checked payloads, an overlap check on every allocation,
  *     periodic dheap_check() and heap == mirror comparisons; three simulated
  *     crashes restore [base, base+top) from the mirror into a fresh mapping at
@@ -177,8 +180,12 @@ static int pattern_ok(const obj *o, size_t len)
     return memcmp(o->p + nw * 8, &t, len - nw * 8) == 0;
 }
 
+static unsigned g_tiny_percent; /* share of requests of 1..64 bytes (slab objects), on top */
+
 static size_t rand_size(size_t max)
 {
+    if (rnd() % 100 < g_tiny_percent)
+        return 1 + rnd() % 64;
     unsigned r = (unsigned)(rnd() % 100);
     size_t n;
     if (r < 70)
@@ -336,8 +343,10 @@ static void test_basics(void)
 }
 
 /* ---- 1a. chunk sizes and boundary tags --------------------------------------
- * A chunk is its payload plus an 8-byte header, rounded to 16: a 24-byte
- * object (a Redis dictEntry) takes 32 bytes, a 104-byte one 112. A free large
+ * Up to 64 bytes a request takes a headerless slab object of 16, 32, 48 or
+ * 64 bytes: a 10-byte one 16, a 24-byte one (a Redis dictEntry) 32. Past
+ * that a chunk is its payload plus an 8-byte header, rounded to 16: a
+ * 104-byte object takes 112. A free large
  * chunk is found from the chunk above it by its footer: freeing the middle of
  * three merges all three, and a free chunk below one given back to top goes
  * back with it. */
@@ -350,24 +359,26 @@ static void test_chunk_sizes_and_merging(void)
     g_lo = base, g_hi = base + cap;
     CHECK(dheap_attach(base, cap, true, capture) == 0);
     static const struct {
-        size_t n, chunk;
-    } sizes[] = {{1, 16}, {8, 16}, {9, 32}, {24, 32}, {25, 48}, {104, 112}, {1016, 1024},
-                 {1017, 1280}, {1272, 1280}, {32760, 32768}, {32761, 36864}};
+        size_t n, chunk, usable;
+    } sizes[] = {{1, 16, 16},         {8, 16, 16},          {9, 16, 16},         {16, 16, 16},
+                 {17, 32, 32},        {24, 32, 32},         {33, 48, 48},        {64, 64, 64},
+                 {65, 80, 72},        {104, 112, 104},      {1016, 1024, 1016},  {1017, 1280, 1272},
+                 {1272, 1280, 1272},  {32760, 32768, 32760}, {32761, 36864, 36856}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         uint64_t before = allocated_now();
         char *p = dheap_malloc(sizes[i].n);
         uint64_t got = allocated_now() - before;
-        if (got != sizes[i].chunk || dheap_usable_size(p) != sizes[i].chunk - 8 || ((uintptr_t)p & 15))
-            fprintf(stderr, "malloc(%zu): chunk %llu, usable %zu (want %zu)\n", sizes[i].n,
-                    (unsigned long long)got, dheap_usable_size(p), sizes[i].chunk);
-        CHECK(got == sizes[i].chunk && dheap_usable_size(p) == sizes[i].chunk - 8 && ((uintptr_t)p & 15) == 0);
+        if (got != sizes[i].chunk || dheap_usable_size(p) != sizes[i].usable || ((uintptr_t)p & 15))
+            fprintf(stderr, "malloc(%zu): chunk %llu, usable %zu (want %zu, %zu)\n", sizes[i].n,
+                    (unsigned long long)got, dheap_usable_size(p), sizes[i].chunk, sizes[i].usable);
+        CHECK(got == sizes[i].chunk && dheap_usable_size(p) == sizes[i].usable && ((uintptr_t)p & 15) == 0);
         dheap_free(p);
     }
     CHECK(dheap_check() == 0);
 
     /* The middle of three free large chunks merges with both neighbours. */
     char *a = dheap_malloc(40000), *b = dheap_malloc(40000), *c = dheap_malloc(40000);
-    char *guard = dheap_malloc(200); /* a class not used above: carved after c */
+    char *guard = dheap_malloc(40000); /* carved after c (small ones may come from the hole) */
     CHECK(guard > c);
     dheap_free(a);
     dheap_free(c);
@@ -390,6 +401,100 @@ static void test_chunk_sizes_and_merging(void)
     CHECK(heap_top() == top0 && dheap_check() == 0);
     dheap_free(abc);
     dheap_free(guard);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+}
+
+/* ---- 1c. slabs ----------------------------------------------------------------
+ * Objects of a class lie back to back in 16 KiB-aligned slabs, with no
+ * header; a freed one is reused first; a slab holds (16 KiB - 8) / size
+ * objects; the space skipped to align a slab becomes the hole, which small
+ * chunks are carved from before top; memalign never hands out a slab
+ * object; a heap too small for a slab falls back to chunks; a double free
+ * that free() cannot see is found by dheap_check. */
+static void test_slabs(void)
+{
+    size_t cap = 16 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    dheap_root *r = (dheap_root *)base;
+    char *big = dheap_malloc(5000); /* top no longer on a 16 KiB boundary */
+    uint64_t top_before = heap_top();
+    static char *p[2100];
+    for (int i = 0; i < 2100; i++)
+        p[i] = dheap_malloc(10);
+    CHECK(r->slab_map != 0 && r->slab_objects == 2100);
+    CHECK(((uint64_t)(p[0] - base) & 16383) == 0); /* the first object opens a slab */
+    int packed = 1;
+    for (int i = 1; i < 1023; i++)
+        packed &= p[i] == p[i - 1] + 16;
+    CHECK(packed);                                            /* no headers */
+    CHECK(((uint64_t)(p[1023] - base) & 16383) == 0);         /* 1023 a slab: the next opens another */
+    CHECK(p[1023] == p[0] + 16384);                           /* right above it */
+    CHECK(r->hole != 0 && r->hole >= top_before && r->hole < (uint64_t)(p[0] - base));
+    uint64_t hole = r->hole;
+    char *h = dheap_malloc(100); /* a chunk: carved from the hole */
+    CHECK(h && (uint64_t)(h - base) == hole + 8 && r->hole == hole + 112);
+    CHECK(dheap_usable_size(p[5]) == 16 && dheap_usable_size(h) == 104);
+    CHECK(dheap_check() == 0);
+    dheap_free(p[7]);
+    dheap_free(p[3]);
+    CHECK(dheap_malloc(1) == p[3] && dheap_malloc(16) == p[7]); /* LIFO reuse */
+    /* Each class in its own slabs. */
+    char *o32 = dheap_malloc(24), *o48 = dheap_malloc(40), *o64 = dheap_malloc(64);
+    CHECK(dheap_usable_size(o32) == 32 && dheap_usable_size(o48) == 48 && dheap_usable_size(o64) == 64);
+    CHECK(((uint64_t)(o32 - base) >> 14) != ((uint64_t)(o48 - base) >> 14) &&
+          ((uint64_t)(o48 - base) >> 14) != ((uint64_t)(o64 - base) >> 14));
+    char *o32b = dheap_realloc(o32, 30); /* fits: stays */
+    CHECK(o32b == o32);
+    char *grown = dheap_realloc(o32, 1000); /* out of the slab, contents kept */
+    CHECK(grown && dheap_usable_size(grown) >= 1000);
+    char *shrunk = dheap_realloc(grown, 20);
+    CHECK(shrunk && dheap_usable_size(shrunk) == 32);
+    /* memalign: always a chunk, aligned, whatever the size. */
+    for (size_t al = 32; al <= 256; al *= 2) {
+        char *m = dheap_memalign(al, 1);
+        CHECK(m && ((uintptr_t)m & (al - 1)) == 0 && dheap_usable_size(m) >= 1);
+        dheap_free(m);
+    }
+    uint64_t map_before = r->slab_map;
+    CHECK(dheap_check() == 0);
+    for (int i = 0; i < 2100; i++)
+        dheap_free(p[i]);
+    dheap_free(o48);
+    dheap_free(o64);
+    dheap_free(shrunk);
+    dheap_free(h);
+    dheap_free(big);
+    CHECK(dheap_check() == 0 && r->allocated == 0 && r->inuse_chunks == 0 && r->slab_objects == 0);
+    CHECK(r->slab_map == map_before);
+    /* A double free that is not the last free: free() cannot see it, the
+     * check does. */
+    char *x = dheap_malloc(8), *y = dheap_malloc(8);
+    dheap_free(x);
+    dheap_free(y);
+    uint64_t saved_head = r->slab_free[0], saved_objects = r->slab_objects;
+    uint64_t saved_alloc = r->allocated, saved_chunks = r->inuse_chunks, saved_link = *(uint64_t *)x;
+    dheap_free(x);
+    fprintf(stderr, "(a dheap_check failure follows, on purpose)\n");
+    CHECK(dheap_check() != 0);
+    r->slab_free[0] = saved_head, r->slab_objects = saved_objects; /* undo by hand */
+    r->allocated = saved_alloc, r->inuse_chunks = saved_chunks, *(uint64_t *)x = saved_link;
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* Too small for a slab: requests of up to 64 bytes take chunks. */
+    cap = 8192;
+    base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *small = dheap_malloc(10);
+    CHECK(small && dheap_usable_size(small) == 24 && ((dheap_root *)base)->slab_objects == 0);
+    CHECK(dheap_check() == 0);
+    dheap_free(small);
     CHECK(dheap_check() == 0);
     dheap_detach();
     munmap(base, cap);
@@ -482,6 +587,7 @@ static void test_precise_capture(void)
             len = cap;
         memcpy(snap, base, len);
         memset(g_bits, 0, len / 8 + 1);
+        g_tiny_percent = i % 2 ? 80 : 0; /* half the ops mostly on slabs */
         if (!random_op(tab, NS, rnd() % NS, 200000))
             failed_ops++;
         size_t top1 = heap_top();
@@ -502,6 +608,7 @@ static void test_precise_capture(void)
             }
         }
     }
+    g_tiny_percent = 0;
     CHECK(failed_ops == 0);
     CHECK(changed > 0);
     CHECK(missed == 0);
@@ -537,8 +644,9 @@ static int usage_matches(const obj *tab, size_t ns)
         if (tab[i].align > 16)
             slack += tab[i].align;
     }
+    uint64_t headed = chunks - ((dheap_root *)g_lo)->slab_objects; /* chunks with a header */
     int ok = chunks == live && payload >= usable && payload <= usable + slack &&
-             allocated == payload + 8 * chunks && allocated == ((dheap_root *)g_lo)->allocated;
+             allocated == payload + 8 * headed && allocated == ((dheap_root *)g_lo)->allocated;
     if (!ok)
         fprintf(stderr, "usage: %llu chunks, %llu payload, %llu allocated; live %llu, usable %llu (+%llu)\n",
                 (unsigned long long)chunks, (unsigned long long)payload, (unsigned long long)allocated,
@@ -592,8 +700,10 @@ static void crash_and_recover(size_t cap, obj *tab, size_t ns)
     CHECK(ok);
 }
 
-static void test_workload(void)
+static void test_workload(unsigned tiny_percent)
 {
+    g_tiny_percent = tiny_percent;
+    printf("workload with %u %% extra requests of 1..64 bytes\n", tiny_percent);
     size_t cap = 256u << 20;
     char *base = map_range(NULL, cap);
     g_mirror = map_range(NULL, cap);
@@ -659,6 +769,7 @@ static void test_workload(void)
     munmap(g_mirror, cap);
     g_mirror = NULL;
     munmap(base, cap);
+    g_tiny_percent = 0;
 }
 
 /* ---- 4. exhaustion --------------------------------------------------------- */
@@ -755,6 +866,9 @@ static int aborts(void (*fn)(char *base, size_t cap))
 }
 
 static void double_free(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); dheap_free(p); }
+static void double_free_chunk(char *b, size_t c) { void *p = dheap_malloc(100); dheap_free(p); dheap_free(p); }
+static void slab_interior_free(char *b, size_t c) { char *p = dheap_malloc(40); dheap_free(p + 16); }
+static void slab_unused_free(char *b, size_t c) { char *p = dheap_malloc(40); dheap_free(p + 48 * 3); }
 static void double_free_large(char *b, size_t c) { void *p = dheap_malloc(100000); void *g = dheap_malloc(1); dheap_free(p); dheap_free(p); (void)g; }
 static void double_free_aligned(char *b, size_t c) { void *p = dheap_memalign(256, 10); dheap_free(p); dheap_free(p); }
 static void foreign_free(char *b, size_t c) { static char x[64]; dheap_free(x + 16); }
@@ -766,6 +880,9 @@ static void no_error(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free
 static void test_errors(void)
 {
     CHECK(aborts(double_free));
+    CHECK(aborts(double_free_chunk));
+    CHECK(aborts(slab_interior_free));
+    CHECK(aborts(slab_unused_free));
     CHECK(aborts(double_free_large));
     CHECK(aborts(double_free_aligned));
     CHECK(aborts(foreign_free));
@@ -784,9 +901,11 @@ int main(int argc, char **argv)
     clock_gettime(CLOCK_MONOTONIC, &t0);
     test_basics();
     test_chunk_sizes_and_merging();
+    test_slabs();
     test_calloc_fresh_space();
     test_precise_capture();
-    test_workload();
+    test_workload(0);
+    test_workload(80); /* mostly slab objects: slabs, holes and their release */
     test_exhaustion();
     test_errors();
     CHECK(g_bad_captures == 0);

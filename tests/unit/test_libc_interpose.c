@@ -322,7 +322,7 @@ static void op_wide(cmd *c)
     if ((d = (wchar_t *)dbuf(c, 400))) { VF(wmemcpy)(d, src, L(90)); add(c, "wmemcpy", d, 90 * sizeof(wchar_t)); }
     if ((d = (wchar_t *)dbuf(c, 400))) { VF(wmemmove)(d, src + 1, L(80)); add(c, "wmemmove", d, 80 * sizeof(wchar_t)); }
     if ((d = (wchar_t *)dbuf(c, 400))) { VF(wmemset)(d, L'z', L(70)); add(c, "wmemset", d, 70 * sizeof(wchar_t)); }
-    if ((d = (wchar_t *)dbuf(c, 500))) {
+    if ((d = (wchar_t *)dbuf(c, (99 + 49 + 1) * sizeof(wchar_t)))) {
         VF(wcscpy)(d, src);
         VF(wcscat)(d, src + 50);
         EXPECT(wcslen(d) == 99 + 49);
