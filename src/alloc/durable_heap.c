@@ -8,12 +8,13 @@
  *
  * Every chunk starts with an 8-byte header (chunk_hdr) and its payload starts
  * right after it. Chunks start at offsets of 8 modulo 16 and their sizes are
- * multiples of 16, so user pointers are 16-byte aligned (the base is page
+ * multiples of 16, so their payloads are 16-byte aligned (the base is page
  * aligned). Chunks tile [FIRST_OFF, top) exactly; each header records its own
- * size, so the heap can be walked upwards. A small 24-byte object (a Redis
- * dictEntry) takes a 32-byte chunk.
+ * size, so the heap can be walked upwards. Requests of up to 128 bytes are
+ * slab objects instead (below), with no header: a 24-byte object (a Redis
+ * dictEntry) takes 32 bytes, an 8-byte one 8.
  *
- * Small requests (<= DHEAP_SMALL_MAX) are rounded up to one of DHEAP_NCLASSES
+ * Other small requests (<= DHEAP_SMALL_MAX) are rounded up to one of DHEAP_NCLASSES
  * size classes. A freed small chunk goes, unchanged, to its class's LIFO
  * singly linked free list (link in the first payload word) and is only ever
  * reused for the same class: small chunks are never split or merged.
@@ -31,8 +32,9 @@
  * last chunk is never a free large one, and a chunk has the flag exactly when
  * the chunk below it is a free large one whose footer holds its size.
  *
- * Slabs. A request of up to 64 bytes takes a headerless object of 16, 32,
- * 48 or 64 bytes (slab class 0..3) from a slab: a chunk (class CLS_SLAB,
+ * Slabs. A request of up to 128 bytes takes a headerless object of 8 bytes
+ * (slab class 0; 8-byte aligned, as jemalloc's) or of 16, 32, ... 128 (class
+ * 1..8; 16-byte aligned) from a slab: a chunk (class CLS_SLAB,
  * never freed) of exactly 16 KiB whose payload starts on a 16 KiB boundary
  * of the range, so it fills one 16 KiB region but for its last 8 bytes,
  * where the next chunk's header goes. The slab map, a byte per region of the
@@ -96,7 +98,7 @@ _Static_assert(sizeof(dheap_root) <= FIRST_OFF, "the root must end before the fi
 #define SLAB_SHIFT 14
 #define SLAB ((uint64_t)1 << SLAB_SHIFT)
 _Static_assert(SLAB == DHEAP_SLAB_BYTES, "slab size is part of the format");
-_Static_assert(DHEAP_SLAB_MAX == DHEAP_NSLABS * 16, "slab classes step by 16 bytes");
+_Static_assert(DHEAP_SLAB_MAX == (DHEAP_NSLABS - 1) * 16, "slab classes: 8, then 16 to 128 by 16");
 /* size16 is 32 bits: chunks stay below 64 GiB. */
 #define MAX_CHUNK ((((uint64_t)UINT32_MAX) << 4) & ~((uint64_t)PAGE - 1))
 
@@ -368,7 +370,10 @@ static uint64_t hole_carve(uint64_t size, uint8_t cls)
     return h;
 }
 
-static inline uint64_t slab_obj(unsigned s) { return (uint64_t)(s + 1) * 16; }
+/* Object bytes of slab class s: 8, then 16, 32, ... 128. */
+static inline uint64_t slab_obj(unsigned s) { return s ? (uint64_t)s * 16 : 8; }
+/* The slab class of a request of n bytes, 1 <= n <= DHEAP_SLAB_MAX. */
+static inline unsigned slab_class(size_t n) { return n <= 8 ? 0 : (unsigned)((n + 15) / 16); }
 /* Objects in one slab: its 16 KiB but the last 8 bytes. */
 static inline uint64_t slab_count(unsigned s) { return (SLAB - HDR) / slab_obj(s); }
 static inline uint64_t map_len(void) { return (g_cap + SLAB - 1) >> SLAB_SHIFT; }
@@ -606,8 +611,8 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
     if (root->hole && (root->hole < FIRST_OFF || root->hole >= top || (root->hole & 15) != (FIRST_OFF & 15)))
         return 0;
     for (unsigned s = 0; s < DHEAP_NSLABS; s++)
-        if ((root->slab_next[s] && (!map || root->slab_next[s] >= top || (root->slab_next[s] & 15))) ||
-            (root->slab_free[s] && (!map || root->slab_free[s] >= top || (root->slab_free[s] & 15))))
+        if ((root->slab_next[s] && (!map || root->slab_next[s] >= top || (root->slab_next[s] & 7))) ||
+            (root->slab_free[s] && (!map || root->slab_free[s] >= top || (root->slab_free[s] & 7))))
             return 0;
     if (root->slab_objects > root->inuse_chunks)
         return 0;
@@ -657,7 +662,7 @@ void *dheap_malloc(size_t n)
     if (n == 0)
         n = 1;
     if (n <= DHEAP_SLAB_MAX) {
-        uint64_t u = slab_alloc((unsigned)((n + 15) / 16) - 1);
+        uint64_t u = slab_alloc(slab_class(n));
         if (u)
             return g_base + u;
     }
@@ -760,8 +765,10 @@ void *dheap_realloc(void *p, size_t n)
 
 void *dheap_memalign(size_t align, size_t n)
 {
-    if (align <= 16) /* every chunk's payload is 16-byte aligned */
+    if (align <= 8)
         return dheap_malloc(n);
+    if (align <= 16) /* all but the 8-byte slab objects are 16-byte aligned */
+        return dheap_malloc(n < 16 ? 16 : n);
     if (align & (align - 1)) { /* like glibc: round up to a power of two */
         if (align > MAX_CHUNK / 2) {
             errno = EINVAL;
@@ -835,8 +842,8 @@ static int check_slabs(const uint64_t *slabs, uint64_t *inuse)
         total += slabs[c];
     if (named != total)
         return check_fail("the slab map names regions that are not slabs", named);
-    /* One bit per 16 bytes up to top: each free object is listed once. */
-    size_t bits_len = (size_t)(r->top / 16 / 8 + 1);
+    /* One bit per 8 bytes up to top: each free object is listed once. */
+    size_t bits_len = (size_t)(r->top / 8 / 8 + 1);
     uint8_t *seen = NULL;
     if (total) {
         seen = mmap(NULL, bits_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -858,12 +865,12 @@ static int check_slabs(const uint64_t *slabs, uint64_t *inuse)
         for (uint64_t e = r->slab_free[c]; e && !rc; e = *(const uint64_t *)(g_base + e)) {
             if (!slab_obj_valid(e, c))
                 rc = check_fail("slab free list entry is not a used object of its class", e);
-            else if (seen[e >> 7] & (1u << ((e >> 4) & 7)))
+            else if (seen[e >> 6] & (1u << ((e >> 3) & 7)))
                 rc = check_fail("slab object listed twice (double free?)", e);
             else if (++nfree > carved)
                 rc = check_fail("slab free list longer than the objects carved", e);
             else
-                seen[e >> 7] |= (uint8_t)(1u << ((e >> 4) & 7));
+                seen[e >> 6] |= (uint8_t)(1u << ((e >> 3) & 7));
         }
         objects += carved - nfree;
         *inuse += (carved - nfree) * slab_obj(c);

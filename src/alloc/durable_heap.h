@@ -18,8 +18,8 @@
 #include <stdint.h>
 
 #define DHEAP_MAGIC 0x5045484f474e414dULL /* "MANGOHEP" */
-/* 4: requests of up to 64 bytes are headerless slab objects (versions 1 to
- * 3 are refused) */
+/* 4: requests of up to 128 bytes are headerless slab objects (versions 1
+ * to 3 are refused) */
 #define DHEAP_VERSION 4
 
 /* Small size classes, in chunk bytes (an 8-byte header included): 16..1024
@@ -31,10 +31,11 @@
 /* Offset of the first chunk's header (its payload starts at 1024). */
 #define DHEAP_FIRST_CHUNK 1016
 /* Requests of up to DHEAP_SLAB_MAX bytes are served from slabs: objects of
- * 16, 32, 48 or 64 bytes with no header, packed into 16 KiB regions of the
- * range (aligned on 16 KiB) that a byte map names. */
-#define DHEAP_NSLABS 4
-#define DHEAP_SLAB_MAX 64
+ * 8 bytes (8-byte aligned) or 16, 32, ... 128 (16-byte aligned) with no
+ * header, packed into 16 KiB regions of the range (aligned on 16 KiB) that
+ * a byte map names. */
+#define DHEAP_NSLABS 9
+#define DHEAP_SLAB_MAX 128
 #define DHEAP_SLAB_BYTES 16384
 
 typedef void (*dheap_capture_fn)(const void *addr, size_t len);

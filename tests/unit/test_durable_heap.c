@@ -11,7 +11,7 @@
  *  2. Precise capture: per operation, snapshot the heap, run the op, diff;
  *     every changed byte must have been reported.
  *  3. Workload: 100k random malloc/calloc/memalign/realloc/free, 1 B..1 MiB
- *     (then again with 80 % of the requests of 1..64 bytes),
+ *     (then again with 80 % of the requests of 1..128 bytes),
  *     with pattern-checked payloads, an overlap check on every allocation,
  *     periodic dheap_check() and heap == mirror comparisons; three simulated
  *     crashes restore [base, base+top) from the mirror into a fresh mapping at
@@ -180,12 +180,12 @@ static int pattern_ok(const obj *o, size_t len)
     return memcmp(o->p + nw * 8, &t, len - nw * 8) == 0;
 }
 
-static unsigned g_tiny_percent; /* share of requests of 1..64 bytes (slab objects), on top */
+static unsigned g_tiny_percent; /* share of requests of 1..128 bytes (slab objects), on top */
 
 static size_t rand_size(size_t max)
 {
     if (rnd() % 100 < g_tiny_percent)
-        return 1 + rnd() % 64;
+        return 1 + rnd() % 128;
     unsigned r = (unsigned)(rnd() % 100);
     size_t n;
     if (r < 70)
@@ -214,7 +214,7 @@ static int random_op(obj *tab, size_t nslots, size_t s, size_t maxsz)
     if (!o->p) {
         size_t n = rand_size(maxsz);
         unsigned k = (unsigned)(rnd() % 10);
-        size_t align = 16;
+        size_t align = n <= 8 ? 8 : 16; /* 8-byte slab objects: 8-byte aligned */
         char *p;
         if (k < 6) {
             p = dheap_malloc(n);
@@ -288,7 +288,7 @@ static void test_basics(void)
     CHECK(dheap_extent_of_root((dheap_root *)base, cap * 2) == 0);
 
     char *a = dheap_malloc(0);
-    CHECK(a && ((uintptr_t)a & 15) == 0 && dheap_usable_size(a) >= 1);
+    CHECK(a && ((uintptr_t)a & 7) == 0 && dheap_usable_size(a) >= 1);
     char *b = dheap_malloc(100);
     CHECK(b && dheap_usable_size(b) >= 100);
     memset(b, 'x', 100);
@@ -343,10 +343,10 @@ static void test_basics(void)
 }
 
 /* ---- 1a. chunk sizes and boundary tags --------------------------------------
- * Up to 64 bytes a request takes a headerless slab object of 16, 32, 48 or
- * 64 bytes: a 10-byte one 16, a 24-byte one (a Redis dictEntry) 32. Past
- * that a chunk is its payload plus an 8-byte header, rounded to 16: a
- * 104-byte object takes 112. A free large
+ * Up to 128 bytes a request takes a headerless slab object of 8 bytes
+ * (8-byte aligned) or 16, 32, ... 128: a 10-byte one 16, a 24-byte one (a
+ * Redis dictEntry) 32, a 128-byte one 128. Past that a chunk is its payload
+ * plus an 8-byte header, rounded to 16: a 200-byte object takes 208. A free large
  * chunk is found from the chunk above it by its footer: freeing the middle of
  * three merges all three, and a free chunk below one given back to top goes
  * back with it. */
@@ -360,18 +360,20 @@ static void test_chunk_sizes_and_merging(void)
     CHECK(dheap_attach(base, cap, true, capture) == 0);
     static const struct {
         size_t n, chunk, usable;
-    } sizes[] = {{1, 16, 16},         {8, 16, 16},          {9, 16, 16},         {16, 16, 16},
+    } sizes[] = {{1, 8, 8},           {8, 8, 8},            {9, 16, 16},         {16, 16, 16},
                  {17, 32, 32},        {24, 32, 32},         {33, 48, 48},        {64, 64, 64},
-                 {65, 80, 72},        {104, 112, 104},      {1016, 1024, 1016},  {1017, 1280, 1272},
-                 {1272, 1280, 1272},  {32760, 32768, 32760}, {32761, 36864, 36856}};
+                 {65, 80, 80},        {104, 112, 112},      {128, 128, 128},     {129, 144, 136},
+                 {200, 208, 200},     {1016, 1024, 1016},   {1017, 1280, 1272},  {1272, 1280, 1272},
+                 {32760, 32768, 32760}, {32761, 36864, 36856}};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         uint64_t before = allocated_now();
         char *p = dheap_malloc(sizes[i].n);
         uint64_t got = allocated_now() - before;
-        if (got != sizes[i].chunk || dheap_usable_size(p) != sizes[i].usable || ((uintptr_t)p & 15))
+        uintptr_t align = sizes[i].n <= 8 ? 8 : 16;
+        if (got != sizes[i].chunk || dheap_usable_size(p) != sizes[i].usable || ((uintptr_t)p & (align - 1)))
             fprintf(stderr, "malloc(%zu): chunk %llu, usable %zu (want %zu, %zu)\n", sizes[i].n,
                     (unsigned long long)got, dheap_usable_size(p), sizes[i].chunk, sizes[i].usable);
-        CHECK(got == sizes[i].chunk && dheap_usable_size(p) == sizes[i].usable && ((uintptr_t)p & 15) == 0);
+        CHECK(got == sizes[i].chunk && dheap_usable_size(p) == sizes[i].usable && ((uintptr_t)p & (align - 1)) == 0);
         dheap_free(p);
     }
     CHECK(dheap_check() == 0);
@@ -407,12 +409,13 @@ static void test_chunk_sizes_and_merging(void)
 }
 
 /* ---- 1c. slabs ----------------------------------------------------------------
- * Objects of a class lie back to back in 16 KiB-aligned slabs, with no
- * header; a freed one is reused first; a slab holds (16 KiB - 8) / size
- * objects; the space skipped to align a slab becomes the hole, which small
- * chunks are carved from before top; memalign never hands out a slab
- * object; a heap too small for a slab falls back to chunks; a double free
- * that free() cannot see is found by dheap_check. */
+ * Objects of a class (8 bytes, or 16 to 128 by 16) lie back to back in
+ * 16 KiB-aligned slabs, with no header; a freed one is reused first; a slab
+ * holds (16 KiB - 8) / size objects; the space skipped to align a slab
+ * becomes the hole, which small chunks are carved from before top; memalign
+ * past 16 bytes never hands out a slab object; a heap too small for a slab
+ * falls back to chunks; a double free that free() cannot see is found by
+ * dheap_check. */
 static void test_slabs(void)
 {
     size_t cap = 16 << 20;
@@ -435,13 +438,13 @@ static void test_slabs(void)
     CHECK(p[1023] == p[0] + 16384);                           /* right above it */
     CHECK(r->hole != 0 && r->hole >= top_before && r->hole < (uint64_t)(p[0] - base));
     uint64_t hole = r->hole;
-    char *h = dheap_malloc(100); /* a chunk: carved from the hole */
-    CHECK(h && (uint64_t)(h - base) == hole + 8 && r->hole == hole + 112);
-    CHECK(dheap_usable_size(p[5]) == 16 && dheap_usable_size(h) == 104);
+    char *h = dheap_malloc(200); /* a chunk: carved from the hole */
+    CHECK(h && (uint64_t)(h - base) == hole + 8 && r->hole == hole + 208);
+    CHECK(dheap_usable_size(p[5]) == 16 && dheap_usable_size(h) == 200);
     CHECK(dheap_check() == 0);
     dheap_free(p[7]);
     dheap_free(p[3]);
-    CHECK(dheap_malloc(1) == p[3] && dheap_malloc(16) == p[7]); /* LIFO reuse */
+    CHECK(dheap_malloc(9) == p[3] && dheap_malloc(16) == p[7]); /* LIFO reuse */
     /* Each class in its own slabs. */
     char *o32 = dheap_malloc(24), *o48 = dheap_malloc(40), *o64 = dheap_malloc(64);
     CHECK(dheap_usable_size(o32) == 32 && dheap_usable_size(o48) == 48 && dheap_usable_size(o64) == 64);
@@ -453,7 +456,13 @@ static void test_slabs(void)
     CHECK(grown && dheap_usable_size(grown) >= 1000);
     char *shrunk = dheap_realloc(grown, 20);
     CHECK(shrunk && dheap_usable_size(shrunk) == 32);
-    /* memalign: always a chunk, aligned, whatever the size. */
+    /* memalign: 16 bytes or less, a slab object of at least 16 bytes (an
+     * 8-byte one is only 8-byte aligned); more, always a chunk. */
+    char *m16 = dheap_memalign(16, 1), *m8 = dheap_memalign(8, 1);
+    CHECK(m16 && ((uintptr_t)m16 & 15) == 0 && dheap_usable_size(m16) == 16);
+    CHECK(m8 && ((uintptr_t)m8 & 7) == 0 && dheap_usable_size(m8) == 8);
+    dheap_free(m16);
+    dheap_free(m8);
     for (size_t al = 32; al <= 256; al *= 2) {
         char *m = dheap_memalign(al, 1);
         CHECK(m && ((uintptr_t)m & (al - 1)) == 0 && dheap_usable_size(m) >= 1);
@@ -703,7 +712,7 @@ static void crash_and_recover(size_t cap, obj *tab, size_t ns)
 static void test_workload(unsigned tiny_percent)
 {
     g_tiny_percent = tiny_percent;
-    printf("workload with %u %% extra requests of 1..64 bytes\n", tiny_percent);
+    printf("workload with %u %% extra requests of 1..128 bytes\n", tiny_percent);
     size_t cap = 256u << 20;
     char *base = map_range(NULL, cap);
     g_mirror = map_range(NULL, cap);
@@ -866,14 +875,14 @@ static int aborts(void (*fn)(char *base, size_t cap))
 }
 
 static void double_free(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); dheap_free(p); }
-static void double_free_chunk(char *b, size_t c) { void *p = dheap_malloc(100); dheap_free(p); dheap_free(p); }
+static void double_free_chunk(char *b, size_t c) { void *p = dheap_malloc(200); dheap_free(p); dheap_free(p); }
 static void slab_interior_free(char *b, size_t c) { char *p = dheap_malloc(40); dheap_free(p + 16); }
 static void slab_unused_free(char *b, size_t c) { char *p = dheap_malloc(40); dheap_free(p + 48 * 3); }
 static void double_free_large(char *b, size_t c) { void *p = dheap_malloc(100000); void *g = dheap_malloc(1); dheap_free(p); dheap_free(p); (void)g; }
 static void double_free_aligned(char *b, size_t c) { void *p = dheap_memalign(256, 10); dheap_free(p); dheap_free(p); }
 static void foreign_free(char *b, size_t c) { static char x[64]; dheap_free(x + 16); }
-static void interior_free(char *b, size_t c) { char *p = dheap_malloc(100); dheap_free(p + 32); }
-static void unaligned_free(char *b, size_t c) { char *p = dheap_malloc(100); dheap_free(p + 1); }
+static void interior_free(char *b, size_t c) { char *p = dheap_malloc(200); dheap_free(p + 32); }
+static void unaligned_free(char *b, size_t c) { char *p = dheap_malloc(200); dheap_free(p + 1); }
 static void beyond_top_free(char *b, size_t c) { dheap_free(b + c / 2); }
 static void no_error(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); }
 
