@@ -50,7 +50,10 @@
  * smaller of an old hole and a new gap is cut into free small chunks.
  * A slab class falls back to an ordinary small chunk when no slab can be
  * made (a heap too small or full). Slab objects count in inuse_chunks and
- * allocated (by their size) like chunks; slab and map chunks do not.
+ * allocated (by their size) like chunks; slab and map chunks do not. With
+ * no header, free() catches a slab object's double free only when it is the
+ * class's last freed object (dheap_check finds the others); it catches
+ * foreign, interior and never-handed-out pointers as for chunks.
  *
  * memalign over-allocates by `align` bytes and places an 8-byte ALIAS header
  * right before the aligned pointer; it records the distance back to the real
