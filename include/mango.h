@@ -385,7 +385,8 @@ typedef struct mango_stats {
     uint64_t heap_chunks;        /* allocations */
     uint64_t heap_payload_bytes; /* their bytes, as malloc_usable_size counts them
                                   * (memalign's blocks are counted whole) */
-    uint64_t heap_allocated_bytes; /* the same with the allocator's 16-byte headers */
+    uint64_t heap_allocated_bytes; /* the same with the allocator's 8-byte chunk headers
+                                    * (objects of up to 128 bytes have none) */
     uint64_t log_zero_ranges;    /* zero-range entries logged (callocs of reused heap memory) */
     uint64_t log_capacity;       /* bytes of the redo log ring */
     uint64_t log_unapplied_bytes;/* committed log the backend has not applied to the mirror yet */
@@ -399,6 +400,9 @@ typedef struct mango_stats {
     uint64_t log_data_bytes;     /* the bytes they carried */
     uint64_t reads_waited;       /* read-only commands that waited for a sync (fs, sim): with
                                   * request_keys, only those whose keys were in flight */
+    uint64_t heap_carved_bytes;  /* the durable heap's extent, from its start to its top: what
+                                  * it occupies (allocations, free space, allocator metadata)
+                                  * and what recovery copies */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -806,6 +806,8 @@ uint64_t dheap_root_payload(const dheap_root *root)
     return root->allocated - (root->inuse_chunks - root->slab_objects) * HDR;
 }
 
+uint64_t dheap_carved(void) { return g_root ? g_root->top : 0; }
+
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
 {
     const dheap_root *r = g_root;

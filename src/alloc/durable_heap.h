@@ -103,6 +103,9 @@ void dheap_capture(const void *addr, size_t len);
  * the 8-byte chunk headers (slab objects have none). O(1), read from the root, so right after
  * recovery too. Zeros when nothing is attached; any pointer may be NULL. */
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
+/* The attached heap's extent: bytes from its base to its top (0 when nothing
+ * is attached). */
+uint64_t dheap_carved(void);
 /* The payload in use that a root image records (as dheap_usage's *payload). */
 uint64_t dheap_root_payload(const dheap_root *root);
 
