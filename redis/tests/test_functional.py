@@ -1807,8 +1807,9 @@ def test_info_mangosteen_section(server_factory, mode):
     INFO everything, not in other sections): the mode and pool in effect,
     whether this process recovered the pool, batches, log syncs and bytes,
     the log's capacity and what the backend has not applied yet, what one
-    batch may hold, the durable heap, objects being released in steps and
-    the saved function libraries. The counters move with the workload."""
+    batch may hold, the durable heap (in use, its extent, its capacity),
+    objects being released in steps and the saved function libraries. The
+    counters move with the workload."""
     s = server_factory(mode, env=dict(SMALL_LOG, MANGO_REDIS_TEST_RELEASE_PER_PASS="200"))
     r = s.client()
     info = r.info("mangosteen")
@@ -1828,6 +1829,11 @@ def test_info_mangosteen_section(server_factory, mode):
     assert after["mango_batches_in_flight"] >= 0 and after["mango_log_unapplied_bytes"] <= 8 << 20
     for i in range(0, 30000, 2000):
         r.sadd("big", *[f"m{j}" for j in range(i, i + 2000)])
+    # The heap's extent holds what is in use, and grew with 30 000 members.
+    big = r.info("mangosteen")
+    for i in (info, after, big):
+        assert i["mango_heap_allocated_bytes"] <= i["mango_heap_carved_bytes"] <= i["mango_heap_capacity_bytes"]
+    assert big["mango_heap_carved_bytes"] > info["mango_heap_carved_bytes"] + 30000 * 32
     r.execute_command("FUNCTION", "LOAD", LIB_INCR)
     assert r.delete("big") == 1
     assert r.info("mangosteen")["mango_objects_being_released"] == 1  # slowed by the test hook
