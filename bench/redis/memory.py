@@ -21,7 +21,9 @@ reads, side by side:
   RSS                the server's resident memory from /proc: anonymous,
                      and file or shared (durable: the pool's mirror and log,
                      mapped; in emulated mode they live in /dev/shm)
-  pool on disk       durable: the pool file's allocated bytes
+  pool on disk       durable: the pool file's allocated bytes (fs: the whole
+                     pool, allocated when it is made, whatever the data;
+                     emulated: tmpfs memory, also in RSS file)
 
 Datasets:
   ycsb               --records YCSB records (ycsb_redis load): hashes of 10
@@ -34,7 +36,8 @@ The ratio columns divide the durable heap's figures by stock Redis's (the
 first stock system in --systems). Repetitions (--repeat) are whole passes
 over the grid; the tables show medians.
 
-Outputs in --out: memory.csv, memory.md and memory.png (matplotlib).
+Outputs in --out: memory.csv, memory.md and memory.png (matplotlib: what
+the load added, in use and extent, per dataset and system).
 Exit status: 0 ok; 1 a run failed; 2 usage; 77 stock Redis missing.
 
 Example:
@@ -141,14 +144,14 @@ def load(args, dataset, srv):
 
 def allocator_figures(port, durable):
     """(in use, extent) of the allocator holding the state (see the top)."""
-    # INFO's allocator_* figures are what serverCron sampled last (every
-    # 100 ms at the default hz): let it sample the current state.
-    time.sleep(0.5)
     if durable:
         mango = info(port, "mangosteen")
         if "mango_heap_carved_bytes" not in mango:
             raise RuntimeError("INFO mangosteen has no mango_heap_carved_bytes (an older build?)")
         return int(mango["mango_heap_allocated_bytes"]), int(mango["mango_heap_carved_bytes"])
+    # INFO's allocator_* figures are what serverCron sampled last (every
+    # 100 ms at the default hz): let it sample the current state.
+    time.sleep(0.5)
     mem = info(port, "memory")
     return int(mem["allocator_allocated"]), int(mem["allocator_active"])
 
@@ -171,6 +174,9 @@ def measure(args, rep, dataset, system, workdir):
                "used_memory": int(mem["used_memory"]), "seconds_to_load": round(secs, 2),
                "in_use": in_use - in_use0, "extent": extent - extent0,
                "pool_on_disk": os.stat(srv.pool).st_blocks * 512 if durable else ""}
+        if row["in_use"] <= 0 or row["extent"] < 0:
+            raise RuntimeError("implausible figures: the load added %d bytes in use, %d of extent"
+                               % (row["in_use"], row["extent"]))
         anon, filed = rb.rss_mb(srv.proc.pid)
         row["rss_anon"], row["rss_file"] = int(anon * 2 ** 20), int(filed * 2 ** 20)
         rb.log("%-13s %-17s #%d keys %d used_memory %.1f MB in use %.1f MB extent %.1f MB" % (
@@ -198,7 +204,9 @@ def write_md(args, rows, failures):
              "- in use and extent: what the load added (after less before). In use: stock, jemalloc's "
              "`allocator_allocated`; durable, the durable heap's `mango_heap_allocated_bytes`. Extent: "
              "stock, `allocator_active`; durable, `mango_heap_carved_bytes`",
-             "- RSS file: for durable servers the pool's mirror and log, mapped (emulated mode: in /dev/shm)", ""]
+             "- RSS file: for durable servers the pool's mirror and log, mapped (emulated mode: in /dev/shm)",
+             "- pool on disk: the pool file's allocated bytes (fs: the whole pool, allocated when it is made, "
+             "whatever the data; emulated: tmpfs memory, also in RSS file)", ""]
     for f in failures:
         lines.append("- **failed**: %s" % f)
     if failures:
@@ -236,10 +244,10 @@ def plot(args, rows):
     for ax, d in zip(axes[0], args.datasets):
         systems = [s for s in args.systems if median_of(rows, d, s, "used_memory") is not None]
         x = range(len(systems))
-        w = 0.27
-        for i, (field, label) in enumerate((("used_memory", "used_memory"), ("in_use", "in use, added"),
-                                            ("extent", "extent, added"))):
-            ax.bar([j + (i - 1) * w for j in x], [median_of(rows, d, s, field) / 1e6 for s in systems], w,
+        w = 0.38
+        for i, (field, label) in enumerate((("in_use", "in use (what the load added)"),
+                                            ("extent", "extent (what the load added)"))):
+            ax.bar([j + (i - 0.5) * w for j in x], [median_of(rows, d, s, field) / 1e6 for s in systems], w,
                    label=label)
         ax.set_xticks(list(x))
         ax.set_xticklabels(systems, rotation=15, fontsize=8)

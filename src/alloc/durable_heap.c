@@ -97,7 +97,7 @@ _Static_assert(sizeof(dheap_root) <= FIRST_OFF, "the root must end before the fi
 #define CLS_LARGE 0xFFu
 #define CLS_ALIAS 0xFEu
 #define CLS_SLAB 0xFDu /* an in-use chunk holding a slab */
-#define CLS_HOLE 0xFCu /* the free chunk left below the newest slab */
+#define CLS_HOLE 0xFCu /* the free chunk left below a slab when aligning it */
 #define SLAB_SHIFT 14
 #define SLAB ((uint64_t)1 << SLAB_SHIFT)
 _Static_assert(SLAB == DHEAP_SLAB_BYTES, "slab size is part of the format");
@@ -108,7 +108,7 @@ _Static_assert(DHEAP_SLAB_MAX == (DHEAP_NSLABS - 1) * 16, "slab classes: 8, then
 typedef struct chunk_hdr {
     uint32_t size16; /* chunk size / 16, header included; ALIAS: distance back to the real chunk / 16 */
     uint16_t magic;  /* HDR_MAGIC ^ (offset / 16): a header copied elsewhere does not validate */
-    uint8_t cls;     /* small class index, CLS_LARGE or CLS_ALIAS */
+    uint8_t cls;     /* small class index, CLS_LARGE, CLS_ALIAS, CLS_SLAB or CLS_HOLE */
     uint8_t state;   /* ST_INUSE, ST_FREE or ST_ALIAS, | PREV_FREE_LARGE */
 } chunk_hdr;
 _Static_assert(sizeof(chunk_hdr) == HDR, "chunk header must be 8 bytes");
@@ -426,8 +426,13 @@ static bool map_create(void)
 static bool slab_new(unsigned s)
 {
     dheap_root *r = g_root;
-    if (!r->slab_map && !map_create())
-        return false;
+    if (!r->slab_map) {
+        /* Room for the map, a gap and the slab after it, or no map: a heap
+         * too small or too full for slabs keeps its space for chunks. */
+        uint64_t need = ROUND_UP(map_len() + HDR, PAGE) + 2 * SLAB;
+        if (need > g_cap - r->top || !map_create())
+            return false;
+    }
     uint64_t top = r->top;
     uint64_t obj = ROUND_UP(top + HDR, SLAB); /* the slab's payload */
     uint64_t off = obj - HDR;
@@ -473,6 +478,9 @@ static uint64_t slab_alloc(unsigned s)
                 return 0;
             u = r->slab_next[s];
         }
+        if (u < FIRST_OFF + HDR || u >= r->top || slab_class_at(u) != (int)s ||
+            (u & (SLAB - 1)) % slab_obj(s) || (u & (SLAB - 1)) / slab_obj(s) >= slab_count(s))
+            die("malloc", g_base + u, "corrupt slab_next");
         uint64_t next = u + slab_obj(s);
         if ((next & (SLAB - 1)) / slab_obj(s) >= slab_count(s) || !(next & (SLAB - 1)))
             next = 0; /* the slab is used up */
@@ -545,6 +553,8 @@ static uint64_t resolve(const char *op, const void *p, uint64_t *alias)
     }
     if (cstate(h) == ST_FREE)
         die(op, p, "double free or use after free");
+    if (off + HDR == r->slab_map)
+        die(op, p, "invalid pointer (the allocator's slab map)");
     if (cstate(h) != ST_INUSE)
         die(op, p, "invalid pointer (bad chunk state)");
     uint64_t sz = csize(h);
@@ -609,14 +619,16 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
     if (root->hwm && (root->hwm < top || root->hwm > capacity))
         return 0;
     uint64_t map = root->slab_map, nmap = (capacity + SLAB - 1) >> SLAB_SHIFT;
-    if (map && (map < FIRST_OFF + HDR || map > top || nmap > top - map))
+    if (map && (map < FIRST_OFF + HDR || map > top || nmap > top - map || (map & 15)))
         return 0;
     if (root->hole && (root->hole < FIRST_OFF || root->hole >= top || (root->hole & 15) != (FIRST_OFF & 15)))
         return 0;
     for (unsigned s = 0; s < DHEAP_NSLABS; s++)
-        if ((root->slab_next[s] && (!map || root->slab_next[s] >= top || (root->slab_next[s] & 7))) ||
-            (root->slab_free[s] && (!map || root->slab_free[s] >= top || (root->slab_free[s] & 7))))
-            return 0;
+        for (int which = 0; which < 2; which++) {
+            uint64_t u = which ? root->slab_free[s] : root->slab_next[s];
+            if (u && (!map || u < FIRST_OFF + HDR || u >= top || (u & 7)))
+                return 0;
+        }
     if (root->slab_objects > root->inuse_chunks)
         return 0;
     return top;
@@ -897,7 +909,7 @@ int dheap_check(void)
 
     uint64_t free_small[DHEAP_NCLASSES] = {0};
     uint64_t free_large = 0, inuse = 0, inuse_n = 0, last = 0;
-    uint64_t slabs[DHEAP_NSLABS] = {0}, holes = 0;
+    uint64_t slabs[DHEAP_NSLABS] = {0}, holes = 0, maps = 0;
     bool prev_free_large = false;
     uint64_t off = FIRST_OFF, top = r->top;
     while (off < top) {
@@ -929,7 +941,10 @@ int dheap_check(void)
                 free_large++;
                 fl = true;
             } else if (off + HDR == r->slab_map) {
+                if (sz - HDR < map_len())
+                    return check_fail("slab map chunk smaller than the map", off);
                 counted = false; /* the slab map: allocator metadata */
+                maps++;
             }
         } else if (h->cls == CLS_SLAB) {
             if (st != ST_INUSE || sz != SLAB || ((off + HDR) & (SLAB - 1)))
@@ -960,6 +975,8 @@ int dheap_check(void)
         return check_fail("free large chunk at top", last);
     if (r->hole && holes != 1)
         return check_fail("root.hole is not a chunk", r->hole);
+    if (r->slab_map && maps != 1)
+        return check_fail("root.slab_map is not the payload of an in-use large chunk", r->slab_map);
     int rc = check_slabs(slabs, &inuse);
     if (rc)
         return rc;

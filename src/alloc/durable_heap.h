@@ -60,12 +60,13 @@ typedef struct dheap_root {
                    * handed out, so they are zero in memory and in the pool
                    * (0: unknown, as in pools of the first version-2 builds) */
     /* version 4: slabs */
-    uint64_t slab_map;  /* offset of the slab map (0: none yet): a byte per
+    uint64_t slab_map;  /* payload offset of the slab map (0: none yet): a byte per
                          * DHEAP_SLAB_BYTES of the range, 0 or a slab class + 1 */
     uint64_t slab_free[DHEAP_NSLABS]; /* per slab class: freed objects, LIFO (link in the first word) */
     uint64_t slab_next[DHEAP_NSLABS]; /* per slab class: the newest slab's next never-used object (0: none) */
     uint64_t slab_objects; /* slab objects in use (counted in inuse_chunks, their size in allocated) */
-    uint64_t hole; /* a free chunk left below the newest slab, carved first by small requests (0: none) */
+    uint64_t hole; /* header offset of the free chunk left below a slab by its alignment,
+                    * carved first by small chunk requests (0: none) */
 } dheap_root;
 
 /* Attach to [base, base+capacity), which must be mapped read-write.

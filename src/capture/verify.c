@@ -380,8 +380,6 @@ static void describe_heap(char *out, size_t len, const vrange *h, uintptr_t addr
         {offsetof(dheap_root, inuse_chunks), 8, "inuse_chunks"},
         {offsetof(dheap_root, hwm), 8, "hwm"},
         {offsetof(dheap_root, slab_map), 8, "slab_map"},
-        {offsetof(dheap_root, slab_free), sizeof((dheap_root *)0)->slab_free, "slab_free"},
-        {offsetof(dheap_root, slab_next), sizeof((dheap_root *)0)->slab_next, "slab_next"},
         {offsetof(dheap_root, slab_objects), 8, "slab_objects"},
         {offsetof(dheap_root, hole), 8, "hole"},
     };
@@ -392,13 +390,21 @@ static void describe_heap(char *out, size_t len, const vrange *h, uintptr_t addr
                          (unsigned long long)off, fields[i].name);
                 return;
             }
-        if (off >= offsetof(dheap_root, small_free) &&
-            off < offsetof(dheap_root, small_free) + sizeof((dheap_root *)0)->small_free) {
-            snprintf(out, len, "durable heap +%#llx (allocator root: dheap_root.small_free[%llu])",
-                     (unsigned long long)off,
-                     (unsigned long long)((off - offsetof(dheap_root, small_free)) / 8));
-            return;
-        }
+        static const struct {
+            size_t off, size;
+            const char *name;
+        } arrays[] = {
+            {offsetof(dheap_root, small_free), sizeof((dheap_root *)0)->small_free, "small_free"},
+            {offsetof(dheap_root, slab_free), sizeof((dheap_root *)0)->slab_free, "slab_free"},
+            {offsetof(dheap_root, slab_next), sizeof((dheap_root *)0)->slab_next, "slab_next"},
+        };
+        for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+            if (off >= arrays[i].off && off < arrays[i].off + arrays[i].size) {
+                snprintf(out, len, "durable heap +%#llx (allocator root: dheap_root.%s[%llu])",
+                         (unsigned long long)off, arrays[i].name,
+                         (unsigned long long)((off - arrays[i].off) / 8));
+                return;
+            }
     }
     snprintf(out, len, "durable heap +%#llx", (unsigned long long)off);
 }

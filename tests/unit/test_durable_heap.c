@@ -6,8 +6,9 @@
  * same way, as an application's instrumentation would.
  *
  *  1. API basics and edge cases (realloc/calloc/memalign/usable_size);
- *     chunk sizes, boundary tags; slabs (headerless objects of up to 64
- *     bytes), the hole, the fallback to chunks.
+ *     chunk sizes, boundary tags; slabs (headerless objects of up to 128
+ *     bytes), the hole and its boundary-tag flag, the slab map in reused
+ *     space, the fallback to chunks; corrupt roots refused.
  *  2. Precise capture: per operation, snapshot the heap, run the op, diff;
  *     every changed byte must have been reported.
  *  3. Workload: 100k random malloc/calloc/memalign/realloc/free, 1 B..1 MiB
@@ -466,6 +467,7 @@ static void test_slabs(void)
     for (size_t al = 32; al <= 256; al *= 2) {
         char *m = dheap_memalign(al, 1);
         CHECK(m && ((uintptr_t)m & (al - 1)) == 0 && dheap_usable_size(m) >= 1);
+        CHECK(base[r->slab_map + ((uint64_t)(m - base) >> 14)] == 0); /* not in a slab */
         dheap_free(m);
     }
     uint64_t map_before = r->slab_map;
@@ -495,16 +497,131 @@ static void test_slabs(void)
     dheap_detach();
     munmap(base, cap);
 
-    /* Too small for a slab: requests of up to 64 bytes take chunks. */
+    /* Too small for a slab: requests of up to 128 bytes take chunks, and no
+     * slab map is made. */
     cap = 8192;
     base = map_range(NULL, cap);
     g_lo = base, g_hi = base + cap;
     CHECK(dheap_attach(base, cap, true, capture) == 0);
     char *small = dheap_malloc(10);
     CHECK(small && dheap_usable_size(small) == 24 && ((dheap_root *)base)->slab_objects == 0);
+    CHECK(((dheap_root *)base)->slab_map == 0);
     CHECK(dheap_check() == 0);
     dheap_free(small);
     CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+}
+
+/* ---- 1d. the hole next to a free large chunk, the map in reused space ----
+ * The hole can sit right above a large chunk; when that chunk is freed the
+ * hole carries the PREV_FREE_LARGE flag (state bit 7), which must move to a
+ * chunk carved from the hole, or to the first small chunk the hole is cut
+ * into when a bigger gap replaces it (dheap_check compares every flag with
+ * the chunk below). The slab map made in a reused large chunk is zeroed. */
+static int flag_at(const char *base, uint64_t hdr_off) { return (base[hdr_off + 7] & 0x80) != 0; }
+
+static void test_hole_flags_and_map_reuse(void)
+{
+    size_t cap = 16 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    dheap_root *r = (dheap_root *)base;
+    /* A large chunk full of garbage, freed below a guard: the map reuses it. */
+    char *junk = dheap_malloc(100000), *guard = dheap_malloc(40000);
+    memset(junk, 0xAB, 100000);
+    capture(junk, 100000);
+    dheap_free(junk);
+    char *x = dheap_malloc(10); /* the first slab, and the map */
+    CHECK(x && r->slab_map == (uint64_t)(junk - base)); /* in the reused chunk */
+    CHECK(dheap_check() == 0);                           /* its bytes were zeroed */
+    /* The map took one page of the 25: fill the rest, so that the large
+     * chunks below come from top. */
+    char *fill = dheap_malloc(24 * 4096 - 8);
+    CHECK(fill && r->large_free == 0);
+    /* Scenario A: a hole above a freed large chunk, cut into small chunks. */
+    char *L = dheap_malloc(40000); /* 10 pages at top */
+    uint64_t L_end = (uint64_t)(L - base) - 8 + 40960;
+    char *y = dheap_malloc(24); /* a new slab of 32: its gap is the hole */
+    CHECK(y && r->hole == L_end);
+    dheap_free(L);
+    CHECK(flag_at(base, r->hole) && dheap_check() == 0);
+    uint64_t old_hole = r->hole;
+    /* 13 pages: too big for L's free chunk, so at top, and the next gap is
+     * 12 KiB against the hole's 8. */
+    char *M = dheap_malloc(13 * 4096 - 8);
+    uint64_t M_end = (uint64_t)(M - base) - 8 + 13 * 4096;
+    char *z = dheap_malloc(40); /* a new slab of 48 */
+    CHECK(z && r->hole == M_end);                       /* the new gap is the hole */
+    CHECK(flag_at(base, old_hole) && dheap_check() == 0); /* the old one cut up, flag kept */
+    /* Scenario B: carving from a hole that has the flag. */
+    dheap_free(M);
+    uint64_t hole = r->hole;
+    CHECK(flag_at(base, hole));
+    char *h = dheap_malloc(200);
+    CHECK(h && (uint64_t)(h - base) == hole + 8 && flag_at(base, hole) && !flag_at(base, r->hole));
+    CHECK(dheap_check() == 0);
+    dheap_free(h);
+    dheap_free(x);
+    dheap_free(y);
+    dheap_free(z);
+    dheap_free(guard);
+    dheap_free(fill);
+    CHECK(dheap_check() == 0 && r->allocated == 0);
+    dheap_detach();
+    munmap(base, cap);
+}
+
+/* ---- 1e. corrupt roots ----------------------------------------------------
+ * A root whose slab fields point outside the heap, below the chunks, or at
+ * misaligned offsets is refused by dheap_extent_of_root (recovery and `mango
+ * check` then refuse the pool); a slab_next that passes that check but names
+ * no object of its class stops malloc instead of handing out memory. */
+static void test_corrupt_slab_roots(void)
+{
+    size_t cap = 16 << 20;
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    dheap_root *r = (dheap_root *)base;
+    char *a = dheap_malloc(10), *b = dheap_malloc(300);
+    dheap_free(dheap_malloc(20)); /* slab_free[2] set */
+    (void)a, (void)b;
+    CHECK(dheap_check() == 0 && r->slab_map && r->slab_next[1] && r->slab_free[2]);
+    dheap_root good = *r;
+    CHECK(dheap_extent_of_root(&good, cap) == r->top);
+    struct {
+        const char *what;
+        uint64_t *field;
+        uint64_t value;
+    } bad[] = {
+        {"slab_map below the chunks", &good.slab_map, 16},
+        {"slab_map at top", &good.slab_map, good.top},
+        {"slab_map misaligned", &good.slab_map, good.slab_map + 8},
+        {"hole at top", &good.hole, good.top},
+        {"hole misaligned", &good.hole, 1024},
+        {"slab_next in the root", &good.slab_next[1], 16},
+        {"slab_next past top", &good.slab_next[1], good.top},
+        {"slab_free misaligned", &good.slab_free[2], good.slab_free[2] + 4},
+        {"slab_free in the root", &good.slab_free[2], 8},
+        {"more slab objects than allocations", &good.slab_objects, good.inuse_chunks + 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t keep = *bad[i].field;
+        *bad[i].field = bad[i].value;
+        if (dheap_extent_of_root(&good, cap) != 0) {
+            fprintf(stderr, "corrupt root accepted: %s\n", bad[i].what);
+            check_failed++;
+        } else {
+            check_passed++;
+        }
+        *bad[i].field = keep;
+    }
+    dheap_root nomap = good;
+    nomap.slab_map = 0; /* slab lists without a map */
+    CHECK(dheap_extent_of_root(&nomap, cap) == 0);
+    CHECK(dheap_extent_of_root(&good, cap) == r->top);
     dheap_detach();
     munmap(base, cap);
 }
@@ -885,6 +1002,18 @@ static void interior_free(char *b, size_t c) { char *p = dheap_malloc(200); dhea
 static void unaligned_free(char *b, size_t c) { char *p = dheap_malloc(200); dheap_free(p + 1); }
 static void beyond_top_free(char *b, size_t c) { dheap_free(b + c / 2); }
 static void no_error(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); }
+static void map_free(char *b, size_t c) { dheap_free(dheap_malloc(10)); dheap_free(b + ((dheap_root *)b)->slab_map); }
+/* A slab_next inside a live chunk: in range and aligned, so the root passes;
+ * malloc must stop rather than hand out the chunk's bytes. */
+static void slab_next_in_a_chunk(char *b, size_t c)
+{
+    dheap_free(dheap_malloc(10));
+    char *p = dheap_malloc(300);
+    ((dheap_root *)b)->slab_next[3] = (uint64_t)(p - b);
+    if (dheap_extent_of_root((dheap_root *)b, c) == 0)
+        _exit(4); /* refused earlier: not this test's case */
+    dheap_malloc(48);
+}
 
 static void test_errors(void)
 {
@@ -898,6 +1027,8 @@ static void test_errors(void)
     CHECK(aborts(interior_free));
     CHECK(aborts(unaligned_free));
     CHECK(aborts(beyond_top_free));
+    CHECK(aborts(map_free));
+    CHECK(aborts(slab_next_in_a_chunk));
     CHECK(!aborts(no_error));
 }
 
@@ -911,6 +1042,8 @@ int main(int argc, char **argv)
     test_basics();
     test_chunk_sizes_and_merging();
     test_slabs();
+    test_hole_flags_and_map_reuse();
+    test_corrupt_slab_roots();
     test_calloc_fresh_space();
     test_precise_capture();
     test_workload(0);
