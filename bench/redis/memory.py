@@ -76,25 +76,14 @@ def positive_int(s):
 def info(port, section):
     """INFO <section> as a dict of its fields (strings)."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
-        req = b"*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n" % (len(section), section.encode())
-        s.sendall(req)
-        buf = b""
-        while b"\r\n" not in buf:
-            d = s.recv(65536)
-            if not d:
-                break
-            buf += d
-        head, _, rest = buf.partition(b"\r\n")
+        s.sendall(b"*2\r\n$4\r\nINFO\r\n$%d\r\n%s\r\n" % (len(section), section.encode()))
+        f = s.makefile("rb")
+        head = f.readline()
         if not head.startswith(b"$"):
             raise RuntimeError("INFO %s: %r" % (section, head[:80]))
-        need = int(head[1:]) + 2
-        while len(rest) < need:
-            d = s.recv(65536)
-            if not d:
-                break
-            rest += d
+        body = f.read(int(head[1:]) + 2)
     out = {}
-    for line in rest.decode(errors="replace").splitlines():
+    for line in body.decode(errors="replace").splitlines():
         k, sep, v = line.partition(":")
         if sep:
             out[k] = v

@@ -122,6 +122,16 @@ static void *map_range(void *at, size_t len)
 
 static uint64_t heap_top(void) { return ((dheap_root *)g_lo)->top; }
 
+/* A fresh zeroed mapping of cap bytes with a new heap attached; the test's
+ * globals point at it. */
+static char *fresh_heap(size_t cap)
+{
+    char *base = map_range(NULL, cap);
+    g_lo = base, g_hi = base + cap;
+    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    return base;
+}
+
 /* ---- payload patterns and the object table ------------------------------ */
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
@@ -356,9 +366,7 @@ static uint64_t allocated_now(void) { return ((dheap_root *)g_lo)->allocated; }
 static void test_chunk_sizes_and_merging(void)
 {
     size_t cap = 16 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     static const struct {
         size_t n, chunk, usable;
     } sizes[] = {{1, 8, 8},           {8, 8, 8},            {9, 16, 16},         {16, 16, 16},
@@ -420,9 +428,7 @@ static void test_chunk_sizes_and_merging(void)
 static void test_slabs(void)
 {
     size_t cap = 16 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     dheap_root *r = (dheap_root *)base;
     char *big = dheap_malloc(5000); /* top no longer on a 16 KiB boundary */
     uint64_t top_before = heap_top();
@@ -500,9 +506,7 @@ static void test_slabs(void)
     /* Too small for a slab: requests of up to 128 bytes take chunks, and no
      * slab map is made. */
     cap = 8192;
-    base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    base = fresh_heap(cap);
     char *small = dheap_malloc(10);
     CHECK(small && dheap_usable_size(small) == 24 && ((dheap_root *)base)->slab_objects == 0);
     CHECK(((dheap_root *)base)->slab_map == 0);
@@ -524,9 +528,7 @@ static int flag_at(const char *base, uint64_t hdr_off) { return (base[hdr_off + 
 static void test_hole_flags_and_map_reuse(void)
 {
     size_t cap = 16 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     dheap_root *r = (dheap_root *)base;
     /* A large chunk full of garbage, freed below a guard: the map reuses it. */
     char *junk = dheap_malloc(100000), *guard = dheap_malloc(40000);
@@ -581,9 +583,7 @@ static void test_hole_flags_and_map_reuse(void)
 static void test_corrupt_slab_roots(void)
 {
     size_t cap = 16 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     dheap_root *r = (dheap_root *)base;
     char *a = dheap_malloc(10), *b = dheap_malloc(300);
     dheap_free(dheap_malloc(20)); /* slab_free[2] set */
@@ -641,9 +641,7 @@ static int all_zero(const char *p, size_t n)
 static void test_calloc_fresh_space(void)
 {
     size_t cap = 64 << 20, big = 4 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     CHECK(((dheap_root *)base)->hwm == heap_top());
     g_captured_bytes = 0;
     char *a = dheap_calloc(1, big);
@@ -903,9 +901,7 @@ static void test_workload(unsigned tiny_percent)
 static void test_exhaustion(void)
 {
     size_t cap = 1 << 20;
-    char *base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    char *base = fresh_heap(cap);
     static void *ptrs[1 << 16];
     size_t n = 0;
     for (;;) {
@@ -935,9 +931,7 @@ static void test_exhaustion(void)
 
     /* Large chunks: fill, free in shuffled order, top comes back down. */
     cap = 64 << 20;
-    base = map_range(NULL, cap);
-    g_lo = base, g_hi = base + cap;
-    CHECK(dheap_attach(base, cap, true, capture) == 0);
+    base = fresh_heap(cap);
     uint64_t top0 = heap_top();
     n = 0;
     while ((ptrs[n] = dheap_malloc(40000 + rnd() % 300000)) != NULL)
