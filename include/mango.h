@@ -403,6 +403,9 @@ typedef struct mango_stats {
     uint64_t heap_carved_bytes;  /* the durable heap's extent, from its start to its top: what
                                   * it occupies (allocations, free space, allocator metadata)
                                   * and what recovery copies */
+    uint64_t heap_reclaims;      /* times a request that found no room turned free space only
+                                  * some requests could use (emptied slabs, free small chunks)
+                                  * into general space, since this process attached the heap */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -1576,6 +1576,37 @@ def test_full_pool_refuses_writes_with_oom(server_factory):
     assert r.get(f"k{stored[-1]}")[:1] == bytes([97 + stored[-1]]) and r.exists("x", "list", "k0") == 0
 
 
+def test_space_freed_by_small_keys_serves_large_values(server_factory):
+    """The durable heap keeps freed small objects for their own size: a slab
+    of 16 KiB holds objects of one size, a small chunk serves one size class.
+    So after a FLUSHALL of many small keys the heap was empty by its counters
+    but its space served only small requests: the first 1 MB SET found no
+    room and Redis aborted for OUT OF MEMORY (the OOM guard counts bytes in
+    use). Now a request that finds no room first reclaims that space (emptied
+    slabs and runs of free chunks become general space), the values are
+    stored, and they survive kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    base = used_memory(r)
+    r.execute_command("DEBUG", "POPULATE", cap // 2 // 100)
+    full = r.info("mangosteen")
+    assert full["mango_heap_allocated_bytes"] > cap * 4 // 10, full
+    assert full["mango_heap_carved_bytes"] > cap * 4 // 10
+    r.flushall()
+    wait_released(r, base)
+    n = cap * 6 // 10 // (1 << 20)
+    for i in range(n):
+        assert r.set(f"big{i}", bytes([97 + i % 26]) * (1 << 20))
+    after = r.info("mangosteen")
+    assert after["mango_heap_reclaims"] >= 1 and r.dbsize() == n
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == n and r.strlen(f"big{n - 1}") == 1 << 20
+    assert r.getrange(f"big{n - 1}", 0, 2) == bytes([97 + (n - 1) % 26]) * 3
+    assert r.info("mangosteen")["mango_heap_reclaims"] == 0  # counted per process
+
+
 def test_big_replies_of_write_commands_are_not_logged(srv):
     """A write command's reply beyond the client's 16 KB buffer goes into
     reply blocks, which were allocated in the write section, so in the

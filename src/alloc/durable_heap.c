@@ -119,6 +119,10 @@ static uint64_t g_cap;
 static dheap_root *g_root;
 static dheap_capture_fn g_capture;
 static dheap_zero_fn g_zero;
+/* Frees since the last reclaim() (transient): a reclaim with none between
+ * would find nothing new. */
+static uint64_t g_frees_since_reclaim;
+static uint64_t g_reclaims; /* reclaims that changed the heap, since attach */
 #define ZERO_RANGE_MIN 4096u /* smaller zeroings are logged block by block */
 
 /* ---- the one way to write metadata ----------------------------------- */
@@ -289,6 +293,7 @@ static void free_chunk(uint64_t off)
     chunk_hdr *h = hdr_at(off);
     uint64_t sz = csize(h);
     uint8_t flag = prev_flag(h);
+    g_frees_since_reclaim++;
     META_SET(r->allocated, r->allocated - sz);
     META_SET(r->inuse_chunks, r->inuse_chunks - 1);
 
@@ -516,11 +521,216 @@ static void slab_free(uint64_t u, unsigned s)
     dheap_root *r = g_root;
     if (u == r->slab_free[s])
         die("free", g_base + u, "double free");
+    g_frees_since_reclaim++;
     META_SET(*(uint64_t *)(g_base + u), r->slab_free[s]);
     META_SET(r->slab_free[s], u);
     META_SET(r->allocated, r->allocated - slab_obj(s));
     META_SET(r->inuse_chunks, r->inuse_chunks - 1);
     META_SET(r->slab_objects, r->slab_objects - 1);
+}
+
+/* ---- reclaiming stranded space -------------------------------------------- */
+
+/* Free space the allocator cannot hand out for every request: small chunks
+ * serve only their own class, slabs only theirs, the hole only small chunks,
+ * and free large chunks below top only large requests. When a request finds
+ * no room, reclaim() turns what it can into general space and the request is
+ * tried again:
+ *
+ *  - a slab all of whose objects are free (counted by walking the class's
+ *    free list and its never-used tail) is dropped from the map and from its
+ *    class's list;
+ *  - every run of adjacent free chunks (small, large, the hole, emptied
+ *    slabs) that is not already as merged as it can be becomes one free large
+ *    chunk of the run's whole pages, followed by small chunks of up to 1024
+ *    bytes for the rest; a run that ends at top lowers top instead.
+ *
+ * Its stores go through META_SET like any other, so the batch that reclaims
+ * is logged and recovered as a whole. Its cost is a walk of the chunks and of
+ * the free lists, paid only when the heap has no room and something was
+ * freed since the last reclaim. Transient bookkeeping (a count per slab
+ * region, a bit per 16 bytes below top) lives in an anonymous mapping.
+ * Returns whether anything changed. */
+
+typedef struct reclaim_state {
+    uint16_t *free_objs; /* per 16 KiB region: free objects of its slab */
+    uint8_t *consumed;   /* per 16 bytes below top: a chunk header in a run being merged */
+    size_t free_len, consumed_len;
+} reclaim_state;
+
+static bool slab_empty(const reclaim_state *st, uint64_t obj_off)
+{
+    int c = slab_class_at(obj_off);
+    return c >= 0 && st->free_objs[obj_off >> SLAB_SHIFT] == slab_count((unsigned)c);
+}
+
+/* Can the chunk at off join a merged run? */
+static bool run_member(const reclaim_state *st, uint64_t off)
+{
+    const chunk_hdr *h = hdr_at(off);
+    if (h->magic != magic_for(off))
+        die("malloc", g_base + off + HDR, "corrupt chunk header (reclaiming)");
+    if (cstate(h) == ST_FREE)
+        return h->cls < DHEAP_NCLASSES || h->cls == CLS_LARGE || h->cls == CLS_HOLE;
+    return h->cls == CLS_SLAB && cstate(h) == ST_INUSE && slab_empty(st, off + HDR);
+}
+
+/* The run of members from off: its end; *merge: whether rewriting it gains
+ * anything (an emptied slab in it, it ends at top, or it has more chunks than
+ * its merged form would). */
+static uint64_t run_end(const reclaim_state *st, uint64_t off, bool *merge)
+{
+    uint64_t end = off, members = 0;
+    bool slab = false;
+    while (end < g_root->top && run_member(st, end)) {
+        uint64_t sz = csize(hdr_at(end));
+        if (members && end + sz - off > MAX_CHUNK)
+            break;
+        slab |= hdr_at(end)->cls == CLS_SLAB;
+        members++;
+        end += sz;
+    }
+    uint64_t len = end - off, pages = len & ~((uint64_t)PAGE - 1), rest = len - pages;
+    uint64_t merged = (pages ? 1 : 0) + (rest + 1023) / 1024;
+    *merge = members && (slab || end == g_root->top || members > merged);
+    return end;
+}
+
+/* Drop from the list whose head is *head (links in each element's word at
+ * element + link_at_off) the elements gone(). Stores only changed links. */
+static void list_filter(uint64_t *head, uint64_t link_off, const reclaim_state *st,
+                        bool (*gone)(const reclaim_state *, uint64_t))
+{
+    uint64_t *link = head;
+    for (uint64_t e = *head; e;) {
+        uint64_t next = *(const uint64_t *)(g_base + e + link_off);
+        if (!gone(st, e)) {
+            if (*link != e)
+                META_SET(*link, e);
+            link = (uint64_t *)(g_base + e + link_off);
+        }
+        e = next;
+    }
+    if (*link)
+        META_SET(*link, (uint64_t)0);
+}
+
+static bool obj_in_empty_slab(const reclaim_state *st, uint64_t u) { return slab_empty(st, u); }
+static bool chunk_consumed(const reclaim_state *st, uint64_t off)
+{
+    return (st->consumed[off >> 7] >> ((off >> 4) & 7)) & 1;
+}
+
+/* Count each slab's free objects (listed or never used). A list longer
+ * than its class could hold (a cycle) is corruption. */
+static void count_free_objects(reclaim_state *st)
+{
+    dheap_root *r = g_root;
+    for (unsigned c = 0; c < DHEAP_NSLABS; c++) {
+        uint64_t n = 0, bound = r->top / slab_obj(c);
+        for (uint64_t e = r->slab_free[c]; e; e = *(const uint64_t *)(g_base + e)) {
+            if (!slab_obj_valid(e, c) || ++n > bound)
+                die("malloc", g_base + e, "corrupt slab free list (reclaiming)");
+            st->free_objs[e >> SLAB_SHIFT]++;
+        }
+        uint64_t next = r->slab_next[c];
+        if (next)
+            st->free_objs[next >> SLAB_SHIFT] +=
+                (uint16_t)(slab_count(c) - (next & (SLAB - 1)) / slab_obj(c));
+    }
+}
+
+/* Rewrite the run [off, end): unlink its free large chunks, unmap its slabs,
+ * forget the hole if it is in it; then give it back (at top) or make it a
+ * free large chunk of its whole pages plus small chunks for the rest. */
+static void merge_run(uint64_t off, uint64_t end)
+{
+    dheap_root *r = g_root;
+    for (uint64_t m = off; m < end; m += csize(hdr_at(m))) {
+        chunk_hdr *h = hdr_at(m);
+        if (h->cls == CLS_LARGE)
+            large_unlink(m);
+        else if (h->cls == CLS_SLAB)
+            META_SET(((uint8_t *)g_base)[r->slab_map + ((m + HDR) >> SLAB_SHIFT)], (uint8_t)0);
+        else if (h->cls == CLS_HOLE)
+            META_SET(r->hole, (uint64_t)0);
+    }
+    if (end == r->top) {
+        META_SET(r->top, off); /* the chunk below is not free: no flag to fix */
+        return;
+    }
+    uint64_t len = end - off, pages = len & ~((uint64_t)PAGE - 1), rest = len - pages;
+    if (rest) {
+        release_as_small(off + pages, rest, pages ? PREV_FREE_LARGE : 0);
+        set_prev_flag(end, false);
+    }
+    if (pages)
+        make_free_large(off, pages, 0); /* the chunk below the run is in use */
+}
+
+static bool reclaim(void)
+{
+    dheap_root *r = g_root;
+    if (!g_frees_since_reclaim)
+        return false;
+    g_frees_since_reclaim = 0;
+    reclaim_state st = {0};
+    st.free_len = (size_t)map_len() * sizeof(uint16_t);
+    st.consumed_len = (size_t)(r->top >> 7) + 1;
+    st.free_objs = mmap(NULL, st.free_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    st.consumed = mmap(NULL, st.consumed_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    bool changed = false;
+    if (st.free_objs == MAP_FAILED || st.consumed == MAP_FAILED)
+        goto out; /* no room to look: the request fails as before */
+    if (r->slab_map)
+        count_free_objects(&st);
+
+    /* Mark the small chunks that merged runs will consume. */
+    uint64_t runs = 0;
+    for (uint64_t off = FIRST_OFF; off < r->top;) {
+        bool merge;
+        uint64_t end = run_end(&st, off, &merge);
+        if (end == off) {
+            off += csize(hdr_at(off));
+            continue;
+        }
+        if (merge) {
+            runs++;
+            for (uint64_t m = off; m < end; m += csize(hdr_at(m)))
+                st.consumed[m >> 7] |= (uint8_t)(1u << ((m >> 4) & 7));
+        }
+        off = end;
+    }
+    if (!runs)
+        goto out;
+    changed = true;
+    g_reclaims++;
+    for (unsigned c = 0; c < DHEAP_NSLABS; c++) {
+        list_filter(&r->slab_free[c], 0, &st, obj_in_empty_slab);
+        if (r->slab_next[c] && slab_empty(&st, r->slab_next[c]))
+            META_SET(r->slab_next[c], (uint64_t)0);
+    }
+    for (unsigned c = 0; c < DHEAP_NCLASSES; c++)
+        list_filter(&r->small_free[c], HDR, &st, chunk_consumed);
+    /* The same runs again: a run's headers, its slabs' map bytes and top
+     * are unchanged until it is rewritten itself. */
+    for (uint64_t off = FIRST_OFF; off < r->top;) {
+        bool merge;
+        uint64_t end = run_end(&st, off, &merge);
+        if (end == off) {
+            off += csize(hdr_at(off));
+            continue;
+        }
+        if (merge)
+            merge_run(off, end);
+        off = end;
+    }
+out:
+    if (st.free_objs != MAP_FAILED && st.free_objs)
+        munmap(st.free_objs, st.free_len);
+    if (st.consumed != MAP_FAILED && st.consumed)
+        munmap(st.consumed, st.consumed_len);
+    return changed;
 }
 
 /* Validate a user pointer; return the offset of its (in-use) chunk. If p is
@@ -579,6 +789,8 @@ int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn captu
     g_cap = capacity;
     g_capture = capture;
     g_root = root;
+    g_frees_since_reclaim = 1; /* a recovered heap may hold stranded space */
+    g_reclaims = 0;
     if (fresh) {
         dheap_root init;
         memset(&init, 0, sizeof init);
@@ -634,8 +846,33 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
     return top;
 }
 
-/* malloc from chunks only (memalign's aliases need a header). */
-static void *chunk_malloc(size_t n)
+/* Make a free large chunk of at least `size` bytes the hole, for small
+ * chunk requests once top has no room (the old hole, too small for this
+ * request, is cut into small chunks); false if the large free list has no
+ * fit. */
+static bool hole_from_large(uint64_t size)
+{
+    dheap_root *r = g_root;
+    uint64_t want = ROUND_UP(size, PAGE), off = 0;
+    for (uint64_t e = r->large_free; e && !off; e = link_at(e)[0])
+        if (csize(hdr_at(e)) >= want)
+            off = e;
+    if (!off)
+        return false;
+    off = alloc_large(want); /* first fit: the same chunk, split */
+    uint64_t old = r->hole;
+    if (old) {
+        META_SET(r->hole, (uint64_t)0);
+        release_as_small(old, csize(hdr_at(old)), prev_flag(hdr_at(old)));
+    }
+    set_hdr(off, want, ST_FREE, CLS_HOLE, prev_flag(hdr_at(off)));
+    META_SET(r->hole, off);
+    return true;
+}
+
+/* malloc from chunks only (memalign's aliases need a header); 0 if there is
+ * no room without reclaiming. */
+static void *chunk_malloc_once(size_t n)
 {
     dheap_root *r = g_root;
     uint64_t off;
@@ -653,19 +890,40 @@ static void *chunk_malloc(size_t n)
             off = hole_carve(class_chunk(c), (uint8_t)c);
             if (!off)
                 off = carve(class_chunk(c), (uint8_t)c);
+            if (!off && hole_from_large(class_chunk(c)))
+                off = hole_carve(class_chunk(c), (uint8_t)c);
         }
     } else if (n > MAX_CHUNK - HDR - PAGE) {
         off = 0;
     } else {
         off = alloc_large(ROUND_UP((uint64_t)n + HDR, PAGE));
     }
-    if (!off) {
-        errno = ENOMEM;
+    if (!off)
         return NULL;
-    }
     META_SET(r->allocated, r->allocated + csize(hdr_at(off)));
     META_SET(r->inuse_chunks, r->inuse_chunks + 1);
     return g_base + off + HDR;
+}
+
+static void *malloc_once(size_t n)
+{
+    if (n <= DHEAP_SLAB_MAX) {
+        uint64_t u = slab_alloc(slab_class(n));
+        if (u)
+            return g_base + u;
+    }
+    return chunk_malloc_once(n);
+}
+
+/* Try; when there is no room, reclaim stranded space and try once more. */
+static void *alloc_retry(void *(*once)(size_t), size_t n)
+{
+    void *p = once(n);
+    if (!p && reclaim())
+        p = once(n);
+    if (!p)
+        errno = ENOMEM;
+    return p;
 }
 
 void *dheap_malloc(size_t n)
@@ -674,14 +932,7 @@ void *dheap_malloc(size_t n)
         errno = ENOMEM;
         return NULL;
     }
-    if (n == 0)
-        n = 1;
-    if (n <= DHEAP_SLAB_MAX) {
-        uint64_t u = slab_alloc(slab_class(n));
-        if (u)
-            return g_base + u;
-    }
-    return chunk_malloc(n);
+    return alloc_retry(malloc_once, n ? n : 1);
 }
 
 void dheap_free(void *p)
@@ -802,7 +1053,7 @@ void *dheap_memalign(size_t align, size_t n)
         errno = ENOMEM;
         return NULL;
     }
-    char *p = chunk_malloc(n + align);
+    char *p = alloc_retry(chunk_malloc_once, n + align);
     if (!p || ((uintptr_t)p & (align - 1)) == 0)
         return p;
     /* p is 16-aligned, so a - p <= align and a + n stays inside the block. */
@@ -819,6 +1070,16 @@ uint64_t dheap_root_payload(const dheap_root *root)
 }
 
 uint64_t dheap_carved(void) { return g_root ? g_root->top : 0; }
+
+bool dheap_reclaim(void)
+{
+    if (!g_root)
+        return false;
+    g_frees_since_reclaim = 1;
+    return reclaim();
+}
+
+uint64_t dheap_reclaims(void) { return g_reclaims; }
 
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
 {

@@ -107,6 +107,14 @@ void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated);
 /* The attached heap's extent: bytes from its base to its top (0 when nothing
  * is attached). */
 uint64_t dheap_carved(void);
+/* Turn free space that only some requests can use (emptied slabs, free
+ * small chunks, the hole, free large chunks next to them) into free large
+ * chunks, or give it back at top. malloc does this by itself when a request
+ * finds no room; callable in a write section (its stores are captured).
+ * Returns whether the heap changed. */
+bool dheap_reclaim(void);
+/* Reclaims that changed the heap since attach (transient; a statistic). */
+uint64_t dheap_reclaims(void);
 /* The payload in use that a root image records (as dheap_usage's *payload). */
 uint64_t dheap_root_payload(const dheap_root *root);
 

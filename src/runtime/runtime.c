@@ -1301,6 +1301,7 @@ void mango_get_stats(mango_stats *out)
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
     dheap_usage(&out->heap_chunks, &out->heap_payload_bytes, &out->heap_allocated_bytes);
     out->heap_carved_bytes = dheap_carved();
+    out->heap_reclaims = dheap_reclaims();
     out->log_zero_ranges = rt.log_zero_ranges;
     out->log_data_ranges = rt.log_data_ranges;
     out->log_data_bytes = rt.log_data_bytes;

@@ -18,6 +18,9 @@
  *     crashes restore [base, base+top) from the mirror into a fresh mapping at
  *     the same address, re-attach and carry on.
  *  4. Exhaustion: ENOMEM, reuse after free, top given back after large frees.
+ *     Reclaiming: space stranded in emptied slabs, small chunks and free
+ *     large chunks below top serves any request once the heap is full; a
+ *     small heap under random work, every change captured, crashes.
  *  5. Programming errors (double free, foreign pointer) abort, in a child.
  */
 #define _GNU_SOURCE
@@ -960,6 +963,233 @@ static void test_exhaustion(void)
     munmap(base, cap);
 }
 
+/* ---- 4b. reclaiming stranded space ------------------------------------------ */
+
+/* Where top is once everything is freed and reclaimed: past the slab map
+ * (an in-use chunk for good), or at the first chunk if there is none. */
+static uint64_t top_when_empty(const char *base, size_t cap)
+{
+    uint64_t map = ((const dheap_root *)base)->slab_map;
+    return map ? map - 8 + ((cap / 16384 + 8 + 4095) & ~(uint64_t)4095) : DHEAP_FIRST_CHUNK;
+}
+
+/* Fill a fresh heap of cap bytes with requests of n bytes until one fails;
+ * returns how many succeeded (pointers in ptrs). */
+static size_t fill_with(void **ptrs, size_t max, size_t n)
+{
+    size_t k = 0;
+    while (k < max && (ptrs[k] = dheap_malloc(n)) != NULL)
+        k++;
+    return k;
+}
+
+static void free_all(void **ptrs, size_t k, size_t step, size_t first)
+{
+    for (size_t i = first; i < k; i += step)
+        dheap_free(ptrs[i]), ptrs[i] = NULL;
+}
+
+static void test_reclaim(void)
+{
+    size_t cap = 4 << 20;
+    static void *ptrs[1 << 20];
+    size_t big = cap * 3 / 4;
+
+    /* Emptied slabs of every class and free small chunks: stranded until
+     * the large request reclaims them. */
+    static const size_t sizes[] = {8, 24, 100, 128, 300, 1000, 20000};
+    for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        g_mirror = map_range(NULL, cap); /* before the root is written */
+        char *base = fresh_heap(cap);
+        g_hwm = cap; /* both start zero: compare all of it */
+        size_t k = fill_with(ptrs, 1 << 20, sizes[i]);
+        CHECK(k > (cap / 2) / (sizes[i] + 16));
+        CHECK(heap_top() > cap - 64 * 1024);
+        /* Keep the highest object: the free space below it cannot be
+         * given back at top, it must be merged. */
+        size_t hi = 0;
+        for (size_t j = 1; j < k; j++)
+            if ((char *)ptrs[j] > (char *)ptrs[hi])
+                hi = j;
+        void *keep = ptrs[hi];
+        ptrs[hi] = NULL;
+        for (size_t j = 0; j < k; j++)
+            if (ptrs[j])
+                dheap_free(ptrs[j]), ptrs[j] = NULL;
+        CHECK(dheap_check() == 0);
+        uint64_t before = dheap_reclaims();
+        void *p = dheap_malloc(big);
+        CHECK(p != NULL);
+        CHECK(dheap_reclaims() == before + 1);
+        CHECK(dheap_check() == 0);
+        CHECK(mirror_matches(cap)); /* every store of the reclaim was captured */
+        dheap_free(p);
+        dheap_free(keep);
+        /* All of it comes back: only the slab map (if any) stays carved. */
+        dheap_reclaim();
+        CHECK(heap_top() == top_when_empty(base, cap));
+        CHECK(dheap_check() == 0);
+        CHECK(mirror_matches(cap));
+        /* And serves the same requests again. */
+        size_t again = fill_with(ptrs, 1 << 20, sizes[i]);
+        CHECK(again + again / 50 + 2 >= k);
+        free_all(ptrs, again, 1, 0);
+        dheap_detach();
+        munmap(g_mirror, cap);
+        g_mirror = NULL;
+        munmap(base, cap);
+    }
+
+    /* Slabs that still hold one live object each are not released, and a
+     * reclaim that finds nothing to gain changes nothing. */
+    {
+        char *base = fresh_heap(cap);
+        size_t k = fill_with(ptrs, 1 << 20, 24);
+        size_t kept = 0, chunks = 0;
+        uint64_t region = UINT64_MAX;
+        for (size_t i = 0; i < k; i++) {
+            if (dheap_usable_size(ptrs[i]) != 32) {
+                chunks++; /* the fallback to small chunks once no slab fits */
+                continue;
+            }
+            uint64_t r = (uint64_t)((char *)ptrs[i] - base) >> 14;
+            if (r != region)
+                region = r, kept++;
+            else
+                dheap_free(ptrs[i]), ptrs[i] = NULL;
+        }
+        CHECK(kept > 200 && chunks > 0);
+        char *snap = map_range(NULL, cap);
+        memcpy(snap, base, cap);
+        uint64_t before = dheap_reclaims();
+        errno = 0;
+        void *p = dheap_malloc(big);
+        CHECK(p == NULL && errno == ENOMEM);
+        CHECK(dheap_reclaims() == before);
+        CHECK(memcmp(snap, base, cap) == 0);
+        CHECK(dheap_check() == 0);
+        for (size_t i = 0; i < k; i++)
+            if (ptrs[i])
+                dheap_free(ptrs[i]), ptrs[i] = NULL;
+        p = dheap_malloc(big);
+        CHECK(p != NULL);
+        CHECK(dheap_check() == 0);
+        dheap_free(p);
+        munmap(snap, cap);
+        dheap_detach();
+        munmap(base, cap);
+    }
+
+    /* Free large chunks below top serve small requests once top is full
+     * (through the hole); before they served only large ones. */
+    {
+        char *base = fresh_heap(cap);
+        size_t k = fill_with(ptrs, 1 << 20, 60000);
+        CHECK(k > 40);
+        free_all(ptrs, k, 2, 1);
+        static void *q[1 << 15];
+        size_t got = 0;
+        while (got < (1 << 15) && (q[got] = dheap_malloc(500)) != NULL)
+            got++;
+        size_t freed = (k / 2) * 61440;
+        CHECK(got * 512 > freed * 9 / 10);
+        CHECK(dheap_check() == 0);
+        free_all(q, got, 1, 0);
+        free_all(ptrs, k, 2, 0);
+        CHECK(dheap_malloc(big) != NULL);
+        CHECK(dheap_check() == 0);
+        dheap_detach();
+        munmap(base, cap);
+    }
+}
+
+/* Regions the slab map names. */
+static uint64_t slab_regions(const char *base, size_t cap)
+{
+    uint64_t map = ((const dheap_root *)base)->slab_map, n = 0;
+    for (size_t i = 0; map && i < cap / 16384; i++)
+        n += base[map + i] != 0;
+    return n;
+}
+
+/* Random work on a heap too small for it, so requests fail and reclaim
+ * often, with both checks of the other tests: every changed byte captured
+ * (per operation), the mirror equal to the heap, simulated crashes. */
+static void test_reclaim_workload(void)
+{
+    size_t cap = 2 << 20;
+    g_mirror = map_range(NULL, cap);
+    char *base = fresh_heap(cap);
+    char *snap = map_range(NULL, cap);
+    g_bits = map_range(NULL, cap / 8);
+    dheap_set_zero_capture(zero_capture);
+    g_hwm = 0;
+    enum { NS = 2048, OPS = 12000 };
+    static obj tab[NS];
+    memset(tab, 0, sizeof tab);
+    unsigned long failed = 0, missed = 0;
+    uint64_t reclaims = 0, slabs_before = 0, slabs_released = 0;
+    for (int i = 1; i <= OPS; i++) {
+        /* Phases that move the heap between slab objects and chunks; each
+         * chunk phase starts by freeing every slab-sized object (a FLUSHALL
+         * of small keys, say), the others are random work. */
+        unsigned tiny = (i / 1500) % 2 ? 0 : 95;
+        memcpy(snap, base, cap);
+        memset(g_bits, 0, cap / 8);
+        uint64_t r0 = dheap_reclaims();
+        if (tiny != g_tiny_percent && !tiny) {
+            for (int j = 0; j < NS; j++)
+                if (tab[j].p && tab[j].n <= 128)
+                    dheap_free(tab[j].p), tab[j].p = NULL;
+        } else if (!random_op(tab, NS, rnd() % NS, 32 * 1024)) {
+            failed++;
+        }
+        g_tiny_percent = tiny;
+        reclaims += dheap_reclaims() - r0;
+        uint64_t nslabs = slab_regions(base, cap);
+        slabs_released += nslabs < slabs_before ? slabs_before - nslabs : 0;
+        slabs_before = nslabs;
+        for (size_t off = 0; off < cap; off += 64) {
+            if (memcmp(snap + off, base + off, 64) == 0)
+                continue;
+            for (size_t j = off; j < off + 64; j++)
+                if (snap[j] != base[j] && !(g_bits[j >> 3] & (1u << (j & 7))) && missed++ < 5)
+                    fprintf(stderr, "uncaptured change at offset %zu (op %d)\n", j, i);
+        }
+        if (heap_top() > g_hwm)
+            g_hwm = heap_top();
+        if (i % 100 == 0)
+            REQUIRE(dheap_check() == 0);
+        if (i % 1000 == 0)
+            REQUIRE(mirror_matches(cap));
+        if (i % 4000 == 0)
+            crash_and_recover(cap, tab, NS);
+    }
+    g_tiny_percent = 0;
+    printf("reclaim workload: %d ops, %lu failed for room, %llu reclaims, %llu slabs released, %lu uncaptured\n",
+           OPS, failed, (unsigned long long)reclaims, (unsigned long long)slabs_released, missed);
+    CHECK(failed > 0);
+    CHECK(reclaims > 10);
+    CHECK(slabs_released > 0);
+    CHECK(missed == 0);
+    CHECK(dheap_check() == 0);
+    CHECK(usage_matches(tab, NS));
+    for (int i = 0; i < NS; i++)
+        if (tab[i].p)
+            dheap_free(tab[i].p), tab[i].p = NULL;
+    dheap_reclaim();
+    CHECK(heap_top() == top_when_empty(base, cap));
+    CHECK(dheap_check() == 0);
+    CHECK(mirror_matches(cap));
+    dheap_detach();
+    munmap(g_mirror, cap);
+    g_mirror = NULL;
+    munmap((void *)g_bits, cap / 8);
+    g_bits = NULL;
+    munmap(snap, cap);
+    munmap(base, cap);
+}
+
 /* ---- 5. programming errors abort ------------------------------------------ */
 
 static int aborts(void (*fn)(char *base, size_t cap))
@@ -1043,6 +1273,8 @@ int main(int argc, char **argv)
     test_workload(0);
     test_workload(80); /* mostly slab objects: slabs, holes and their release */
     test_exhaustion();
+    test_reclaim();
+    test_reclaim_workload();
     test_errors();
     CHECK(g_bad_captures == 0);
     clock_gettime(CLOCK_MONOTONIC, &t1);
