@@ -342,6 +342,13 @@ void mango_set_bulk_progress(void (*fn)(void *arg, uint64_t done, uint64_t total
  * application can refuse work that would grow its state while the room left,
  * capacity - allocated (less any fragmentation), is short. */
 void mango_heap_room(uint64_t *allocated, uint64_t *capacity);
+/* Would one allocation of `bytes` find room in the durable heap? Free space
+ * can lie in pieces between live objects, so room by mango_heap_room is no
+ * promise for a large value. Inside a read-write command (capture active)
+ * this first reclaims space that only some requests could use (freed small
+ * objects), as a failing malloc would; elsewhere it only looks. true without
+ * a durable mode. */
+bool mango_heap_fits(size_t bytes);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
  * (or was just) written by the current read-write command. A no-op outside

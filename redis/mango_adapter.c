@@ -974,6 +974,22 @@ static uint64_t heap_reserve(uint64_t capacity)
     return capacity / 32 > (1u << 20) ? capacity / 32 : (1u << 20);
 }
 
+/* Arguments from this size on are checked for room in one piece. */
+#define BIG_ARGUMENT (64u << 10)
+
+/* The longest string argument of the command (of the queued ones for EXEC). */
+static size_t largest_argument(client *c, int exec)
+{
+    size_t most = 0;
+    for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
+        robj **argv = k < 0 ? c->argv : c->mstate.commands[k].argv;
+        int argc = k < 0 ? c->argc : c->mstate.commands[k].argc;
+        for (int j = 0; j < argc; j++)
+            if (argv[j] && sdsEncodedObject(argv[j]) && sdslen(argv[j]->ptr) > most) most = sdslen(argv[j]->ptr);
+    }
+    return most;
+}
+
 int mangoRefuseCommand(client *c)
 {
     if (!mango_on) return 0;
@@ -1005,6 +1021,23 @@ int mangoRefuseCommand(client *c)
                                 (unsigned long long)allocated, (unsigned long long)capacity,
                                 (unsigned long long)need);
             return 1;
+        }
+        /* Room by bytes in use is no promise for a large value: the free
+         * space may lie in pieces between live objects. Its durable copy
+         * needs one piece (the check reclaims freed small objects first). */
+        size_t largest = largest_argument(c, exec);
+        if (largest >= BIG_ARGUMENT) {
+            mangoWriteBegin();
+            int fits = mango_heap_fits(largest + 64);
+            mangoWriteEnd();
+            if (!fits) {
+                rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap has no room in one piece for a "
+                                    "%zu-byte value (%llu of %llu bytes in use; the rest lies between live objects): "
+                                    "delete keys, set maxmemory below the heap, or start with a larger pool "
+                                    "(mango-pool-size)", largest, (unsigned long long)allocated,
+                                    (unsigned long long)capacity);
+                return 1;
+            }
         }
     }
     if (c->cmd->proc == configSetCommand) {

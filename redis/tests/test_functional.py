@@ -1584,7 +1584,8 @@ def test_space_freed_by_small_keys_serves_large_values(server_factory):
     room and Redis aborted for OUT OF MEMORY (the OOM guard counts bytes in
     use). Now a request that finds no room first reclaims that space (emptied
     slabs and runs of free chunks become general space), the values are
-    stored, and they survive kill -9."""
+    stored, and they survive kill -9. Once no piece of free space is large
+    enough, a big value is refused with OOM and the server stays up."""
     s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
     r = s.client()
     cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
@@ -1600,6 +1601,15 @@ def test_space_freed_by_small_keys_serves_large_values(server_factory):
         assert r.set(f"big{i}", bytes([97 + i % 26]) * (1 << 20))
     after = r.info("mangosteen")
     assert after["mango_heap_reclaims"] >= 1 and r.dbsize() == n
+    # Further on, free space may lie in pieces between the few objects left
+    # among the freed ones: a value that finds no piece large enough is
+    # refused with OOM before it runs (it made Redis abort), whatever the
+    # bytes in use say.
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+        for i in range(n, 2 * n):
+            r.set(f"big{i}", bytes([97 + i % 26]) * (1 << 20))
+            n += 1
+    assert r.ping() and r.dbsize() == n
     s.restart("kill")
     r = s.client()
     assert r.dbsize() == n and r.strlen(f"big{n - 1}") == 1 << 20

@@ -17,7 +17,8 @@
  * Other small requests (<= DHEAP_SMALL_MAX) are rounded up to one of DHEAP_NCLASSES
  * size classes. A freed small chunk goes, unchanged, to its class's LIFO
  * singly linked free list (link in the first payload word) and is only ever
- * reused for the same class: small chunks are never split or merged.
+ * reused for the same class: small chunks are never split, and merged only
+ * by reclaim().
  *
  * Large requests take a page-multiple chunk. Free large chunks sit on one
  * doubly linked list (next/prev offsets in the first two payload words),
@@ -35,7 +36,7 @@
  * Slabs. A request of up to 128 bytes takes a headerless object of 8 bytes
  * (slab class 0; 8-byte aligned, as jemalloc's) or of 16, 32, ... 128 (class
  * 1..8; 16-byte aligned) from a slab: a chunk (class CLS_SLAB,
- * never freed) of exactly 16 KiB whose payload starts on a 16 KiB boundary
+ * released only by reclaim()) of exactly 16 KiB whose payload starts on a 16 KiB boundary
  * of the range, so it fills one 16 KiB region but for its last 8 bytes,
  * where the next chunk's header goes. The slab map, a byte per region of the
  * range in a large chunk of its own made with the first slab, names each
@@ -49,7 +50,8 @@
  * requests carve from before they carve at top. Only one hole exists; the
  * smaller of an old hole and a new gap is cut into free small chunks.
  * A slab class falls back to an ordinary small chunk when no slab can be
- * made (a heap too small or full). Slab objects count in inuse_chunks and
+ * made (a heap too small or full); a small chunk request that finds no room
+ * at top makes a free large chunk the hole. Slab objects count in inuse_chunks and
  * allocated (by their size) like chunks; slab and map chunks do not. With
  * no header, free() catches a slab object's double free only when it is the
  * class's last freed object (dheap_check finds the others); it catches
@@ -59,6 +61,13 @@
  * right before the aligned pointer; it records the distance back to the real
  * chunk. Freeing through an alias inverts the alias's magic, so a second free
  * of the same aligned pointer is detected.
+ *
+ * Reclaiming. Freed small chunks and slab objects serve only their own
+ * size, so a heap emptied of small objects could refuse a large request.
+ * A request that finds no room therefore reclaims first (reclaim(), below):
+ * slabs with no object in use leave the map, and runs of adjacent free
+ * chunks become a free large chunk (or go back to top), then it is tried
+ * again.
  *
  * Durability: every store the allocator makes inside the range goes through
  * meta_write() / META_SET(), which write and then report the bytes to the
@@ -1080,6 +1089,26 @@ bool dheap_reclaim(void)
 }
 
 uint64_t dheap_reclaims(void) { return g_reclaims; }
+
+bool dheap_fits(size_t n)
+{
+    const dheap_root *r = g_root;
+    if (!r)
+        return false;
+    if (n > MAX_CHUNK - HDR - PAGE)
+        return false;
+    uint64_t need = ROUND_UP((uint64_t)n + HDR, PAGE), most = g_cap - r->top;
+    if (n <= DHEAP_SMALL_MAX) {
+        unsigned c = size_class(n ? n : 1);
+        if (r->small_free[c] || (r->hole && csize(hdr_at(r->hole)) >= class_chunk(c)))
+            return true;
+        need = class_chunk(c) > PAGE ? class_chunk(c) : PAGE;
+    }
+    for (uint64_t e = r->large_free; e && most < need; e = link_at(e)[0])
+        if (csize(hdr_at(e)) > most)
+            most = csize(hdr_at(e));
+    return most >= need;
+}
 
 void dheap_usage(uint64_t *chunks, uint64_t *payload, uint64_t *allocated)
 {

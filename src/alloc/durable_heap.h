@@ -113,6 +113,9 @@ uint64_t dheap_carved(void);
  * finds no room; callable in a write section (its stores are captured).
  * Returns whether the heap changed. */
 bool dheap_reclaim(void);
+/* Would one request of n bytes find room now, without reclaiming? Slab
+ * objects are judged as small chunks (a slab can fall back to one). */
+bool dheap_fits(size_t n);
 /* Reclaims that changed the heap since attach (transient; a statistic). */
 uint64_t dheap_reclaims(void);
 /* The payload in use that a root image records (as dheap_usage's *payload). */

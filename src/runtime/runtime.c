@@ -958,6 +958,15 @@ void mango_heap_room(uint64_t *allocated, uint64_t *capacity)
         *capacity = c;
 }
 
+bool mango_heap_fits(size_t bytes)
+{
+    if (!rt.up || !rt.durable)
+        return true;
+    if (dheap_fits(bytes))
+        return true;
+    return mango_capture_active && dheap_reclaim() && dheap_fits(bytes);
+}
+
 uint64_t mango_reply_ticket(void)
 {
     if (!rt.up)
