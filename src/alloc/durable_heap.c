@@ -274,22 +274,30 @@ static void make_free_large(uint64_t off, uint64_t size, uint8_t flag)
     large_push(off);
 }
 
+/* Make the first `need` bytes of the free large chunk at off an in-use
+ * large chunk; the rest stays free. */
+static void take_large(uint64_t off, uint64_t need)
+{
+    chunk_hdr *h = hdr_at(off);
+    uint64_t sz = csize(h);
+    uint8_t flag = prev_flag(h);
+    large_unlink(off);
+    set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
+    if (sz > need) /* split: the tail stays free (a chunk follows it: a free large one is never last) */
+        make_free_large(off + need, sz - need, 0);
+    else
+        set_prev_flag(off + sz, false);
+}
+
 static uint64_t alloc_large(uint64_t need)
 {
     for (uint64_t off = g_root->large_free; off; off = link_at(off)[0]) {
         chunk_hdr *h = hdr_at(off);
         if (h->magic != magic_for(off) || !is_free_large(off))
             die("malloc", g_base + off + HDR, "corrupt large free list");
-        uint64_t sz = csize(h);
-        uint8_t flag = prev_flag(h);
-        if (sz < need)
+        if (csize(h) < need)
             continue;
-        large_unlink(off);
-        set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
-        if (sz > need) /* split: the tail stays free (a chunk follows it: a free large one is never last) */
-            make_free_large(off + need, sz - need, 0);
-        else
-            set_prev_flag(off + sz, false);
+        take_large(off, need);
         return off;
     }
     return carve(need, CLS_LARGE);
@@ -458,10 +466,12 @@ static bool slab_new(unsigned s)
         uint64_t gap = off - top, h = r->hole;
         if (h && csize(hdr_at(h)) >= gap) {
             release_as_small(top, gap, 0);
+            g_frees_since_reclaim++;
         } else {
             if (h) {
                 META_SET(r->hole, (uint64_t)0);
                 release_as_small(h, csize(hdr_at(h)), prev_flag(hdr_at(h)));
+                g_frees_since_reclaim++;
             }
             set_hdr(top, gap, ST_FREE, CLS_HOLE, 0);
             META_SET(r->hole, top);
@@ -593,6 +603,8 @@ static uint64_t run_end(const reclaim_state *st, uint64_t off, bool *merge)
     bool slab = false;
     while (end < g_root->top && run_member(st, end)) {
         uint64_t sz = csize(hdr_at(end));
+        /* A run is cut at MAX_CHUNK: as in free_chunk, free large chunks
+         * may then end up adjacent (only with chunks of 64 GiB). */
         if (members && end + sz - off > MAX_CHUNK)
             break;
         slab |= hdr_at(end)->cls == CLS_SLAB;
@@ -682,7 +694,6 @@ static bool reclaim(void)
     dheap_root *r = g_root;
     if (!g_frees_since_reclaim)
         return false;
-    g_frees_since_reclaim = 0;
     reclaim_state st = {0};
     st.free_len = (size_t)map_len() * sizeof(uint16_t);
     st.consumed_len = (size_t)(r->top >> 7) + 1;
@@ -690,7 +701,8 @@ static bool reclaim(void)
     st.consumed = mmap(NULL, st.consumed_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     bool changed = false;
     if (st.free_objs == MAP_FAILED || st.consumed == MAP_FAILED)
-        goto out; /* no room to look: the request fails as before */
+        goto out; /* no room to look: the request fails as before (and the
+                   * next one tries again) */
     if (r->slab_map)
         count_free_objects(&st);
 
@@ -710,8 +722,10 @@ static bool reclaim(void)
         }
         off = end;
     }
-    if (!runs)
+    if (!runs) {
+        g_frees_since_reclaim = 0;
         goto out;
+    }
     changed = true;
     g_reclaims++;
     for (unsigned c = 0; c < DHEAP_NSLABS; c++) {
@@ -734,6 +748,7 @@ static bool reclaim(void)
             merge_run(off, end);
         off = end;
     }
+    g_frees_since_reclaim = 0; /* everything mergeable is merged */
 out:
     if (st.free_objs != MAP_FAILED && st.free_objs)
         munmap(st.free_objs, st.free_len);
@@ -862,13 +877,18 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
 static bool hole_from_large(uint64_t size)
 {
     dheap_root *r = g_root;
-    uint64_t want = ROUND_UP(size, PAGE), off = 0;
-    for (uint64_t e = r->large_free; e && !off; e = link_at(e)[0])
-        if (csize(hdr_at(e)) >= want)
-            off = e;
+    uint64_t want = ROUND_UP(size, PAGE), off = 0, best = 0;
+    /* Best fit: the smallest piece that will do, so the large ones stay
+     * whole for large requests. */
+    for (uint64_t e = r->large_free; e; e = link_at(e)[0]) {
+        uint64_t sz = csize(hdr_at(e));
+        if (sz >= want && (!off || sz < best))
+            off = e, best = sz;
+    }
     if (!off)
         return false;
-    off = alloc_large(want); /* first fit: the same chunk, split */
+    take_large(off, want);
+    g_frees_since_reclaim++; /* a reclaim could make it general space again */
     uint64_t old = r->hole;
     if (old) {
         META_SET(r->hole, (uint64_t)0);
@@ -1082,10 +1102,7 @@ uint64_t dheap_carved(void) { return g_root ? g_root->top : 0; }
 
 bool dheap_reclaim(void)
 {
-    if (!g_root)
-        return false;
-    g_frees_since_reclaim = 1;
-    return reclaim();
+    return g_root && reclaim();
 }
 
 uint64_t dheap_reclaims(void) { return g_reclaims; }

@@ -111,7 +111,9 @@ uint64_t dheap_carved(void);
  * small chunks, the hole, free large chunks next to them) into free large
  * chunks, or give it back at top. malloc does this by itself when a request
  * finds no room; callable in a write section (its stores are captured).
- * Returns whether the heap changed. */
+ * Does nothing (a walk of the whole heap saved) unless something was freed
+ * or cut up since the last reclaim or the attach. Returns whether the heap
+ * changed. */
 bool dheap_reclaim(void);
 /* Would one request of n bytes find room now, without reclaiming? Slab
  * objects are judged as small chunks (a slab can fall back to one). */

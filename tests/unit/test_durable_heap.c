@@ -1103,6 +1103,126 @@ static void test_reclaim(void)
     }
 }
 
+/* The paths into a reclaim, each on its own: the frees that make one
+ * worth running, the attach, memalign; what dheap_fits promises. */
+static void test_reclaim_triggers(void)
+{
+    size_t cap = 4 << 20, big = cap * 3 / 4;
+    static void *ptrs[1 << 20];
+
+    /* Frees of slab objects after a reclaim make the next one run. */
+    char *base = fresh_heap(cap);
+    size_t k = fill_with(ptrs, 1 << 20, 24);
+    CHECK(dheap_malloc(big) == NULL); /* reclaims: nothing to gain */
+    CHECK(dheap_reclaim() == false);   /* nothing freed since: not even walked */
+    for (size_t i = 0; i < k; i++)     /* the slab objects only */
+        if (dheap_usable_size(ptrs[i]) == 32)
+            dheap_free(ptrs[i]), ptrs[i] = NULL;
+    void *p = dheap_malloc(big / 2);
+    CHECK(p != NULL);
+    dheap_free(p);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* A run of two free small chunks and a free large one above them,
+     * below a live chunk: merged, the small remainder goes last, and the
+     * live chunk's flag (the chunk below is a free large one) is cleared. */
+    base = fresh_heap(cap);
+    void *s0 = dheap_malloc(200), *s1 = dheap_malloc(200), *l0 = dheap_malloc(40000), *x0 = dheap_malloc(200);
+    dheap_free(s0);
+    dheap_free(s1);
+    dheap_free(l0);
+    CHECK(dheap_reclaim());
+    CHECK(dheap_check() == 0);
+    CHECK(dheap_malloc(40000) == s0); /* the merged piece, from the small chunk on */
+    dheap_free(x0);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* A small request that takes a free large piece takes the smallest that
+     * will do, leaving the big one whole. */
+    base = fresh_heap(cap);
+    void *a = dheap_malloc(400000), *sep1 = dheap_malloc(300), *b = dheap_malloc(40000),
+         *sep2 = dheap_malloc(300);
+    while (dheap_malloc(300))
+        ;
+    dheap_free(b);
+    dheap_free(a); /* the list: a, then b */
+    CHECK(dheap_malloc(1000) != NULL);
+    CHECK(dheap_malloc(400000) == a);
+    CHECK(dheap_check() == 0);
+    (void)sep1, (void)sep2;
+    dheap_detach();
+    munmap(base, cap);
+
+    /* A recovered heap with stranded space reclaims on its first need. */
+    base = fresh_heap(cap);
+    k = fill_with(ptrs, 1 << 20, 40);
+    CHECK(dheap_malloc(big) == NULL);
+    free_all(ptrs, k, 1, 0);
+    dheap_detach();
+    CHECK(dheap_attach(base, cap, false, capture) == 0);
+    uint64_t before = dheap_reclaims();
+    p = dheap_malloc(big);
+    CHECK(p != NULL && dheap_reclaims() == before + 1);
+    dheap_free(p);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* memalign reclaims too. */
+    base = fresh_heap(cap);
+    k = fill_with(ptrs, 1 << 20, 300);
+    free_all(ptrs, k, 1, 0);
+    p = dheap_memalign(4096, big);
+    CHECK(p != NULL && ((uintptr_t)p & 4095) == 0);
+    dheap_free(p);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* A run of a free large chunk and a free small one at top is given
+     * back, though it is as merged as it can be. */
+    base = fresh_heap(cap);
+    uint64_t top0 = heap_top();
+    void *l = dheap_malloc(40000), *s = dheap_malloc(200);
+    dheap_free(l);
+    dheap_free(s);
+    CHECK(heap_top() > top0);
+    CHECK(dheap_reclaim());
+    CHECK(heap_top() == top0);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+
+    /* dheap_fits(n) promises room for n without a reclaim, on a heap
+     * whose free space lies in pieces of many sizes. */
+    base = fresh_heap(cap);
+    k = 0;
+    while ((ptrs[k] = dheap_malloc(1 + rnd() % 200000)) != NULL)
+        k++;
+    for (size_t i = 0; i < k; i++)
+        if (rnd() % 3 == 0)
+            dheap_free(ptrs[i]), ptrs[i] = NULL;
+    unsigned fit = 0, unfit = 0;
+    for (int i = 0; i < 2000; i++) {
+        size_t n = i % 4 == 3 ? (1 + rnd() % 146) * 4096 - rnd() % 9 : 1 + rnd() % (i % 2 ? 600000 : 300);
+        uint64_t r0 = dheap_reclaims();
+        if (!dheap_fits(n)) {
+            unfit++;
+            continue;
+        }
+        fit++;
+        void *q = dheap_malloc(n);
+        REQUIRE(q != NULL && dheap_reclaims() == r0);
+        if (q && rnd() % 2)
+            dheap_free(q);
+    }
+    CHECK(fit > 100 && unfit > 100);
+    CHECK(dheap_check() == 0);
+    dheap_detach();
+    munmap(base, cap);
+}
+
 /* Regions the slab map names. */
 static uint64_t slab_regions(const char *base, size_t cap)
 {
@@ -1274,6 +1394,7 @@ int main(int argc, char **argv)
     test_workload(80); /* mostly slab objects: slabs, holes and their release */
     test_exhaustion();
     test_reclaim();
+    test_reclaim_triggers();
     test_reclaim_workload();
     test_errors();
     CHECK(g_bad_captures == 0);
