@@ -977,17 +977,27 @@ static uint64_t heap_reserve(uint64_t capacity)
 /* Arguments from this size on are checked for room in one piece. */
 #define BIG_ARGUMENT (64u << 10)
 
-/* The longest string argument of the command (of the queued ones for EXEC). */
-static size_t largest_argument(client *c, int exec)
+/* The room in one piece that the command's big arguments (those of the
+ * queued commands for EXEC) need for a durable copy each: their chunks, as
+ * the heap rounds them (a page multiple with an 8-byte header; sds adds up
+ * to 17 bytes), plus a margin for the small allocations around them (a
+ * small request may take a page of a free piece). *largest: the longest. */
+static uint64_t big_arguments_room(client *c, int exec, size_t *largest)
 {
-    size_t most = 0;
+    uint64_t room = 0;
+    *largest = 0;
     for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
         robj **argv = k < 0 ? c->argv : c->mstate.commands[k].argv;
         int argc = k < 0 ? c->argc : c->mstate.commands[k].argc;
-        for (int j = 0; j < argc; j++)
-            if (argv[j] && sdsEncodedObject(argv[j]) && sdslen(argv[j]->ptr) > most) most = sdslen(argv[j]->ptr);
+        for (int j = 0; j < argc; j++) {
+            if (!argv[j] || !sdsEncodedObject(argv[j])) continue;
+            size_t len = sdslen(argv[j]->ptr);
+            if (len < BIG_ARGUMENT) continue;
+            room += ((uint64_t)len + 8 + 17 + 4095) & ~(uint64_t)4095;
+            if (len > *largest) *largest = len;
+        }
     }
-    return most;
+    return room ? room + BIG_ARGUMENT : 0;
 }
 
 int mangoRefuseCommand(client *c)
@@ -1022,19 +1032,27 @@ int mangoRefuseCommand(client *c)
                                 (unsigned long long)need);
             return 1;
         }
-        /* Room by bytes in use is no promise for a large value: the free
-         * space may lie in pieces between live objects. Its durable copy
-         * needs one piece (the check reclaims freed small objects first). */
-        size_t largest = largest_argument(c, exec);
-        if (largest >= BIG_ARGUMENT) {
+        /* Room by bytes in use is no promise for large values: the free
+         * space may lie in pieces between live objects. Their durable copies
+         * are asked for one piece that holds them all (conservative: it
+         * serves them one after the other, first fit). If there is none,
+         * freed small objects are reclaimed first, in a write section of its
+         * own: it changes only the allocator's metadata, which no reply
+         * depends on, so reads need not wait for its batch. */
+        size_t largest;
+        uint64_t room = big_arguments_room(c, exec, &largest);
+        if (room && !mango_heap_fits(room)) {
+            uint64_t ticket = global_ticket;
             mangoWriteBegin();
-            int fits = mango_heap_fits(largest + 64);
+            int fits = mango_heap_fits(room);
             mangoWriteEnd();
+            global_ticket = ticket;
             if (!fits) {
-                rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap has no room in one piece for a "
-                                    "%zu-byte value (%llu of %llu bytes in use; the rest lies between live objects): "
-                                    "delete keys, set maxmemory below the heap, or start with a larger pool "
-                                    "(mango-pool-size)", largest, (unsigned long long)allocated,
+                rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap has no room in one piece for "
+                                    "this command's large values (%llu bytes, the largest %zu; %llu of %llu bytes "
+                                    "in use, the rest lies between live objects): delete keys, set maxmemory below "
+                                    "the heap, or start with a larger pool (mango-pool-size)",
+                                    (unsigned long long)room, largest, (unsigned long long)allocated,
                                     (unsigned long long)capacity);
                 return 1;
             }
@@ -1331,6 +1349,15 @@ void mangoCreateDatabases(void)
                       "are refused with OOM when it is nearly full. Set maxmemory below it (e.g. %llu) to have "
                       "Redis evict or refuse first", (unsigned long long)capacity, (unsigned long long)allocated,
                       (unsigned long long)(capacity / 10 * 9));
+    }
+    if (mango_on && server.memcheck_enabled) {
+        /* The crash report's memory test rewrites every anonymous mapping:
+         * the durable heap (slow at a pool's size) and the runtime's own
+         * tables, which its instrumented stores then consult (the report
+         * ended in a second SIGSEGV, inside mango_capture). */
+        server.memcheck_enabled = 0;
+        serverLog(LL_NOTICE, "Mangosteen: crash-memcheck-enabled is off with a pool (a crash report's memory "
+                  "test would rewrite the durable heap and the runtime's state)");
     }
     if (mango_on && server.io_threads_num > 1) {
         /* Threaded writes bypass the per-client durability check. */
