@@ -344,10 +344,11 @@ void mango_set_bulk_progress(void (*fn)(void *arg, uint64_t done, uint64_t total
 void mango_heap_room(uint64_t *allocated, uint64_t *capacity);
 /* Would one allocation of `bytes` find room in the durable heap? Free space
  * can lie in pieces between live objects, so room by mango_heap_room is no
- * promise for a large value. Inside a read-write command (capture active)
- * this first reclaims space that only some requests could use (freed small
- * objects), as a failing malloc would; elsewhere it only looks. true without
- * a durable mode. */
+ * promise for a large value. If not, and it is called inside a read-write
+ * command (capture active), it reclaims space that only some requests could
+ * use (freed small objects), as a failing malloc would, and looks again
+ * (a walk of the heap, done only if something was freed since the last
+ * reclaim); elsewhere it only looks. true without a durable mode. */
 bool mango_heap_fits(size_t bytes);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be
