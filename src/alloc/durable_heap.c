@@ -49,9 +49,10 @@
  * skipped bytes become the hole, a free chunk (CLS_HOLE) that small chunk
  * requests carve from before they carve at top. Only one hole exists; the
  * smaller of an old hole and a new gap is cut into free small chunks.
- * A slab class falls back to an ordinary small chunk when no slab can be
- * made (a heap too small or full); a small chunk request that finds no room
- * at top makes a free large chunk the hole. Slab objects count in inuse_chunks and
+ * When top has no room, a slab is made inside a free large chunk (its
+ * 16 KiB boundary found there), and a small chunk request makes a free
+ * large chunk the hole. A slab class falls back to an ordinary small chunk
+ * when no slab can be made (a heap too small or full). Slab objects count in inuse_chunks and
  * allocated (by their size) like chunks; slab and map chunks do not. With
  * no header, free() catches a slab object's double free only when it is the
  * class's last freed object (dheap_check finds the others); it catches
@@ -443,8 +444,63 @@ static bool map_create(void)
     return true;
 }
 
-/* A new slab of class s at top (after the hole its alignment leaves); false
- * if the range has no room. */
+/* The bytes [at, at + gap) skipped to align a slab: keep the bigger of the
+ * old hole and them as the hole, cut the other into free small chunks.
+ * flag: the gap's first chunk's PREV_FREE_LARGE flag. */
+static void keep_gap(uint64_t at, uint64_t gap, uint8_t flag)
+{
+    dheap_root *r = g_root;
+    uint64_t h = r->hole;
+    if (h && csize(hdr_at(h)) >= gap) {
+        release_as_small(at, gap, flag);
+    } else {
+        if (h) {
+            META_SET(r->hole, (uint64_t)0);
+            release_as_small(h, csize(hdr_at(h)), prev_flag(hdr_at(h)));
+        }
+        set_hdr(at, gap, ST_FREE, CLS_HOLE, flag);
+        META_SET(r->hole, at);
+    }
+    g_frees_since_reclaim++; /* a reclaim could merge the pieces again */
+}
+
+/* Make the 16 KiB region whose payload starts at obj a slab of class s. */
+static void slab_named(uint64_t obj, unsigned s)
+{
+    META_SET(((uint8_t *)g_base)[g_root->slab_map + (obj >> SLAB_SHIFT)], (uint8_t)(s + 1));
+    META_SET(g_root->slab_next[s], obj);
+}
+
+/* A new slab of class s inside a free large chunk (first fit), for when top
+ * has no room: the bytes before its 16 KiB boundary are kept as a gap (see
+ * keep_gap), those after it become free small chunks of up to 1024 bytes
+ * and a free large chunk of the whole pages that are left. */
+static bool slab_in_large(unsigned s)
+{
+    for (uint64_t off = g_root->large_free; off; off = link_at(off)[0]) {
+        uint64_t sz = csize(hdr_at(off)), obj = ROUND_UP(off + HDR, SLAB), at = obj - HDR;
+        if (at + SLAB > off + sz)
+            continue;
+        uint64_t end = at + SLAB, tail = off + sz - end, rest = tail & (PAGE - 1);
+        uint8_t flag = prev_flag(hdr_at(off));
+        large_unlink(off);
+        if (rest)
+            release_as_small(end, rest, 0);
+        if (tail > rest)
+            make_free_large(end + rest, tail - rest, 0); /* the chunk above keeps its flag */
+        else
+            set_prev_flag(off + sz, false);
+        set_hdr(at, SLAB, ST_INUSE, CLS_SLAB, at > off ? 0 : flag);
+        if (at > off)
+            keep_gap(off, at - off, flag);
+        slab_named(obj, s);
+        return true;
+    }
+    return false;
+}
+
+/* A new slab of class s at top (after the hole its alignment leaves), or
+ * in a free large chunk when top has no room; false if neither has. */
 static bool slab_new(unsigned s)
 {
     dheap_root *r = g_root;
@@ -459,30 +515,14 @@ static bool slab_new(unsigned s)
     uint64_t obj = ROUND_UP(top + HDR, SLAB); /* the slab's payload */
     uint64_t off = obj - HDR;
     if (obj > g_cap || SLAB - HDR > g_cap - obj)
-        return false;
-    if (off > top) {
-        /* Keep the bigger of the old hole and the new gap as the hole. The
-         * chunk below top is never a free large one: no flag. */
-        uint64_t gap = off - top, h = r->hole;
-        if (h && csize(hdr_at(h)) >= gap) {
-            release_as_small(top, gap, 0);
-            g_frees_since_reclaim++;
-        } else {
-            if (h) {
-                META_SET(r->hole, (uint64_t)0);
-                release_as_small(h, csize(hdr_at(h)), prev_flag(hdr_at(h)));
-                g_frees_since_reclaim++;
-            }
-            set_hdr(top, gap, ST_FREE, CLS_HOLE, 0);
-            META_SET(r->hole, top);
-        }
-    }
+        return slab_in_large(s);
+    if (off > top) /* the chunk below top is never a free large one: no flag */
+        keep_gap(top, off - top, 0);
     set_hdr(off, SLAB, ST_INUSE, CLS_SLAB, 0);
     META_SET(r->top, off + SLAB);
     if (r->hwm && off + SLAB > r->hwm)
         META_SET(r->hwm, off + SLAB);
-    META_SET(((uint8_t *)g_base)[r->slab_map + (obj >> SLAB_SHIFT)], (uint8_t)(s + 1));
-    META_SET(r->slab_next[s], obj);
+    slab_named(obj, s);
     return true;
 }
 

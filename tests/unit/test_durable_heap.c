@@ -1194,6 +1194,39 @@ static void test_reclaim_triggers(void)
     dheap_detach();
     munmap(base, cap);
 
+    /* With top full, a slab is made inside a free large chunk: its objects
+     * are slab objects, inside the freed chunk, and the rest of the chunk
+     * stays usable. */
+    g_mirror = map_range(NULL, cap);
+    base = fresh_heap(cap);
+    g_hwm = cap;
+    void *first = dheap_malloc(8); /* the slab map, and a first slab at top */
+    k = fill_with(ptrs, 1 << 20, 60000);
+    CHECK(k > 20);
+    while (dheap_malloc(3000)) /* top full to the last bytes */
+        ;
+    while (dheap_malloc(200))
+        ;
+    CHECK(heap_top() > cap - 256);
+    for (size_t i = 1; i < k; i += 2)
+        dheap_free(ptrs[i]), ptrs[i] = NULL;
+    char *o = dheap_malloc(40);
+    CHECK(o && dheap_usable_size(o) == 48);
+    int inside = 0;
+    for (size_t i = 1; i < k; i += 2)
+        inside |= o >= (char *)ptrs[i - 1] + 60000 && (i + 1 >= k || o < (char *)ptrs[i + 1]);
+    CHECK(inside);
+    char *o2 = dheap_malloc(40);
+    CHECK(o2 == o + 48); /* the same slab, next object */
+    CHECK(dheap_malloc(50000) != NULL); /* what is left of freed chunks */
+    CHECK(dheap_check() == 0);
+    CHECK(mirror_matches(cap));
+    (void)first;
+    dheap_detach();
+    munmap(g_mirror, cap);
+    g_mirror = NULL;
+    munmap(base, cap);
+
     /* dheap_fits(n) promises room for n without a reclaim, on a heap
      * whose free space lies in pieces of many sizes. */
     base = fresh_heap(cap);
@@ -1248,7 +1281,7 @@ static void test_reclaim_workload(void)
     static obj tab[NS];
     memset(tab, 0, sizeof tab);
     unsigned long failed = 0, missed = 0;
-    uint64_t reclaims = 0, slabs_before = 0, slabs_released = 0;
+    uint64_t reclaims = 0, slabs_before = 0, slabs_released = 0, slabs_remade = 0;
     for (int i = 1; i <= OPS; i++) {
         /* Phases that move the heap between slab objects and chunks; each
          * chunk phase starts by freeing every slab-sized object (a FLUSHALL
@@ -1268,6 +1301,10 @@ static void test_reclaim_workload(void)
         reclaims += dheap_reclaims() - r0;
         uint64_t nslabs = slab_regions(base, cap);
         slabs_released += nslabs < slabs_before ? slabs_before - nslabs : 0;
+        uint64_t map = ((const dheap_root *)base)->slab_map, top_before = ((const dheap_root *)snap)->top;
+        for (size_t j = 0; map && nslabs > slabs_before && j < cap / 16384; j++)
+            if (base[map + j] && !snap[map + j] && (j + 1) * 16384 <= top_before)
+                slabs_remade++; /* made below the old top: inside a free chunk */
         slabs_before = nslabs;
         for (size_t off = 0; off < cap; off += 64) {
             if (memcmp(snap + off, base + off, 64) == 0)
@@ -1286,11 +1323,13 @@ static void test_reclaim_workload(void)
             crash_and_recover(cap, tab, NS);
     }
     g_tiny_percent = 0;
-    printf("reclaim workload: %d ops, %lu failed for room, %llu reclaims, %llu slabs released, %lu uncaptured\n",
-           OPS, failed, (unsigned long long)reclaims, (unsigned long long)slabs_released, missed);
+    printf("reclaim workload: %d ops, %lu failed for room, %llu reclaims, %llu slabs released, %llu made "
+           "in free chunks, %lu uncaptured\n", OPS, failed, (unsigned long long)reclaims,
+           (unsigned long long)slabs_released, (unsigned long long)slabs_remade, missed);
     CHECK(failed > 0);
     CHECK(reclaims > 10);
     CHECK(slabs_released > 0);
+    CHECK(slabs_remade > 0);
     CHECK(missed == 0);
     CHECK(dheap_check() == 0);
     CHECK(usage_matches(tab, NS));
