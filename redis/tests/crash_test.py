@@ -419,7 +419,7 @@ def main():
         shm = "/dev/shm"
         pooldir = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else work
         pool = os.path.join(pooldir, f"mango-redis-crash.{os.getpid()}.pool")
-    env = dict(os.environ, MANGO_POOL=pool, MANGO_MODE=args.mode)
+    env = dict(os.environ, MANGO_POOL=pool, MANGO_MODE=args.mode, MANGO_CHECK_HEAP="1")
     env.setdefault("MANGO_POOL_SIZE", "256m")
     env.setdefault("MANGO_LOG_SIZE", "32m")
     if os.path.exists(pool):

@@ -46,7 +46,7 @@ class Server:
         self.proc = None
 
     def start(self, extra_env=None):
-        env = dict(os.environ, MANGO_POOL=self.pool, MANGO_MODE=self.mode, MANGO_LOG_SIZE="8m",
+        env = dict(os.environ, MANGO_POOL=self.pool, MANGO_MODE=self.mode, MANGO_CHECK_HEAP="1", MANGO_LOG_SIZE="8m",
                    MANGO_STATS="1", **(extra_env or {}))
         env.pop("MANGO_VERIFY_CAPTURE", None)
         for _ in range(5):

@@ -706,6 +706,14 @@ static int open_durable(const mango_config *cfg, int *status)
         dheap_set_zero_capture(capture_zero);
         if (rc)
             goto fail_heap;
+        const char *check = getenv("MANGO_CHECK_HEAP");
+        if (check && strcmp(check, "1") == 0 && dheap_check() != 0) {
+            /* dheap_check said on stderr what is wrong; the pool is untouched. */
+            dheap_detach();
+            rc = mango_error(MANGO_EBADPOOL, "%s: the recovered durable heap's metadata is inconsistent "
+                             "(MANGO_CHECK_HEAP=1); refusing to start", rt.pool_path);
+            goto fail_heap;
+        }
         *status = MANGO_RECOVERED;
     } else {
         *status = MANGO_FRESH; /* new pool, or a crash before init_state committed */
