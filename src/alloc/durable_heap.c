@@ -729,6 +729,31 @@ static void merge_run(uint64_t off, uint64_t end)
         make_free_large(off, pages, 0); /* the chunk below the run is in use */
 }
 
+/* Walk the runs from the first chunk to top. Each one that merging gains
+ * from is marked (its chunks' bits in st->consumed) or, if rewrite,
+ * rewritten. Returns how many there were. */
+static uint64_t merge_runs(reclaim_state *st, bool rewrite)
+{
+    uint64_t runs = 0;
+    for (uint64_t off = FIRST_OFF; off < g_root->top;) {
+        bool merge;
+        uint64_t end = run_end(st, off, &merge);
+        if (end == off) {
+            off += csize(hdr_at(off));
+            continue;
+        }
+        if (merge && rewrite) {
+            merge_run(off, end);
+        } else if (merge) {
+            for (uint64_t m = off; m < end; m += csize(hdr_at(m)))
+                st->consumed[m >> 7] |= (uint8_t)(1u << ((m >> 4) & 7));
+        }
+        runs += merge;
+        off = end;
+    }
+    return runs;
+}
+
 static bool reclaim(void)
 {
     dheap_root *r = g_root;
@@ -747,22 +772,7 @@ static bool reclaim(void)
         count_free_objects(&st);
 
     /* Mark the small chunks that merged runs will consume. */
-    uint64_t runs = 0;
-    for (uint64_t off = FIRST_OFF; off < r->top;) {
-        bool merge;
-        uint64_t end = run_end(&st, off, &merge);
-        if (end == off) {
-            off += csize(hdr_at(off));
-            continue;
-        }
-        if (merge) {
-            runs++;
-            for (uint64_t m = off; m < end; m += csize(hdr_at(m)))
-                st.consumed[m >> 7] |= (uint8_t)(1u << ((m >> 4) & 7));
-        }
-        off = end;
-    }
-    if (!runs) {
+    if (!merge_runs(&st, false)) {
         g_frees_since_reclaim = 0;
         goto out;
     }
@@ -777,17 +787,7 @@ static bool reclaim(void)
         list_filter(&r->small_free[c], HDR, &st, chunk_consumed);
     /* The same runs again: a run's headers, its slabs' map bytes and top
      * are unchanged until it is rewritten itself. */
-    for (uint64_t off = FIRST_OFF; off < r->top;) {
-        bool merge;
-        uint64_t end = run_end(&st, off, &merge);
-        if (end == off) {
-            off += csize(hdr_at(off));
-            continue;
-        }
-        if (merge)
-            merge_run(off, end);
-        off = end;
-    }
+    merge_runs(&st, true);
     g_frees_since_reclaim = 0; /* everything mergeable is merged */
 out:
     if (st.free_objs != MAP_FAILED && st.free_objs)
