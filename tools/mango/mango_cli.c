@@ -129,7 +129,7 @@ static const char *check_usage =
     "        with the pending frames replayed onto it: every chunk's header and\n"
     "        boundary tags, the free lists, the slabs and their map, the counters\n"
     "        in the root (what MANGO_CHECK_HEAP=1 checks at start-up; about\n"
-    "        0.3 s per GiB of heap in use, plus reading it).\n"
+    "        0.3 s per GiB of heap, on a copy-on-write mapping of the file).\n"
     "    An incomplete last frame (a torn tail: a batch whose commit did not\n"
     "    finish, so it was never acknowledged) is a warning; recovery discards it.\n"
     "    A bad frame followed by a committed frame is corruption: an error.\n"
@@ -245,7 +245,6 @@ typedef struct scan_ctx {
     dheap_root root;
     /* check: the whole heap as it will be after replay (NULL: not kept) */
     char *heap_copy;
-    uint64_t heap_copied; /* bytes taken from the mirror; the rest is zero */
     /* inspect: remember frames */
     bool record;
     frame_info *frames;
@@ -563,21 +562,16 @@ static int cmd_inspect(int argc, char **argv)
 
 /* ---- check ---- */
 
-/* A private copy of the heap's mirror, [0, the high-water mark) of the
- * root it holds now (the whole region if unknown); the pending log is
- * replayed onto it by the scan. NULL if there is no heap or no memory. */
+/* A private copy-on-write mapping of the heap's mirror in the pool file
+ * (the file itself is never written); the scan replays the pending log onto
+ * it, so only the pages the log touches take memory. NULL if it cannot be
+ * mapped. */
 static char *copy_heap(scan_ctx *c)
 {
     const pool_region *h = c->heap;
-    char *copy = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (copy == MAP_FAILED)
-        return NULL;
-    uint64_t n = c->root.hwm > c->root.top ? c->root.hwm : c->root.top;
-    if (c->root.magic != DHEAP_MAGIC || !n || n > h->size)
-        n = h->size;
-    memcpy(copy, c->p->base + h->mirror_offset, n);
-    c->heap_copied = n;
-    return copy;
+    char *copy = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, c->p->fd,
+                      (off_t)h->mirror_offset);
+    return copy == MAP_FAILED ? NULL : copy;
 }
 
 /* Walk the replayed heap's metadata as MANGO_CHECK_HEAP=1 does at start-up
@@ -616,8 +610,8 @@ static int check_one(const char *path, bool quiet, bool walk_heap)
     if (c.heap)
         memcpy(&c.root, p.base + c.heap->mirror_offset, sizeof c.root);
     if (c.heap && walk_heap && !(c.heap_copy = copy_heap(&c)))
-        fprintf(stderr, "mango: warning: %s: no memory for a copy of the heap; its metadata is not walked\n",
-                path);
+        fprintf(stderr, "mango: warning: %s: cannot map a private copy of the heap (%s); its metadata is "
+                        "not walked\n", path, strerror(errno));
     log_scan_result res;
     rc = scan_log(&p, &c, &res);
     if (rc != MANGO_OK) {
