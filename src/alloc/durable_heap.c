@@ -1226,7 +1226,7 @@ static int check_slabs(const uint64_t *slabs, uint64_t *inuse)
                 carved -= slab_count(c) - in / slab_obj(c);
         }
         uint64_t nfree = 0;
-        for (uint64_t e = r->slab_free[c]; e && !rc; e = *(const uint64_t *)(g_base + e)) {
+        for (uint64_t e = r->slab_free[c]; e && !rc; e = rc ? 0 : *(const uint64_t *)(g_base + e)) {
             if (!slab_obj_valid(e, c))
                 rc = check_fail("slab free list entry is not a used object of its class", e);
             else if (seen[e >> 6] & (1u << ((e >> 3) & 7)))

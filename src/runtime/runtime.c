@@ -709,7 +709,6 @@ static int open_durable(const mango_config *cfg, int *status)
         const char *check = getenv("MANGO_CHECK_HEAP");
         if (check && strcmp(check, "1") == 0 && dheap_check() != 0) {
             /* dheap_check said on stderr what is wrong; the pool is untouched. */
-            dheap_detach();
             rc = mango_error(MANGO_EBADPOOL, "%s: the recovered durable heap's metadata is inconsistent "
                              "(MANGO_CHECK_HEAP=1); refusing to start", rt.pool_path);
             goto fail_heap;
@@ -754,6 +753,7 @@ static int open_durable(const mango_config *cfg, int *status)
     recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
+    dheap_detach(); /* harmless when nothing is attached */
     rt.verify = false;
     capture_verify_shutdown();
     munmap(rt.heap, rt.heap_size);

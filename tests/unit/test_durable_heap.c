@@ -583,6 +583,22 @@ static void test_hole_flags_and_map_reuse(void)
  * misaligned offsets is refused by dheap_extent_of_root (recovery and `mango
  * check` then refuse the pool); a slab_next that passes that check but names
  * no object of its class stops malloc instead of handing out memory. */
+/* dheap_check reports a stray link in a slab free list (a use after free
+ * that wrote over a freed object's first word) and stops there: it used to
+ * follow the link and die with SIGBUS. */
+static void test_check_stops_at_a_stray_link(void)
+{
+    char *base = fresh_heap(4 << 20);
+    char *a = dheap_malloc(40), *b = dheap_malloc(40);
+    dheap_free(a);
+    dheap_free(b);
+    memcpy(b, "\x40\x41\x41\x41\x41\x41\x41\x41", 8); /* b is the list's head */
+    fprintf(stderr, "(a dheap_check failure follows, on purpose)\n");
+    CHECK(dheap_check() != 0);
+    dheap_detach();
+    munmap(base, 4 << 20);
+}
+
 static void test_corrupt_slab_roots(void)
 {
     size_t cap = 16 << 20;
@@ -1427,6 +1443,7 @@ int main(int argc, char **argv)
     test_slabs();
     test_hole_flags_and_map_reuse();
     test_corrupt_slab_roots();
+    test_check_stops_at_a_stray_link();
     test_calloc_fresh_space();
     test_precise_capture();
     test_workload(0);

@@ -583,8 +583,10 @@ static bool heap_consistent(scan_ctx *c)
         fprintf(stderr, "mango: internal error: the replayed copy of the heap disagrees with its root\n");
         return false;
     }
-    if (dheap_attach(c->heap_copy, c->heap->size, false, NULL) != 0)
+    if (dheap_attach(c->heap_copy, c->heap->size, false, NULL) != 0) {
+        fprintf(stderr, "mango: the replayed heap's root is not one the allocator accepts\n");
         return false;
+    }
     int rc = dheap_check();
     dheap_detach();
     return rc == 0;
