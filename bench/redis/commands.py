@@ -219,13 +219,8 @@ def write_md(args, rows, secs, failed):
 
 
 def plot(args, rows):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        rb.log("matplotlib not found for %s: no PNG (Debian's python3-matplotlib serves /usr/bin/python3)"
-               % sys.executable)
+    plt = rb.pyplot("no PNG")
+    if plt is None:
         return
     rps = medians(rows, "rps")
     tests, systems, ratios = layout(args, rows)

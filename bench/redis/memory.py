@@ -222,12 +222,8 @@ def write_md(args, rows, failures):
 
 
 def plot(args, rows):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        rb.log("matplotlib not found: no memory.png")
+    plt = rb.pyplot("no memory.png")
+    if plt is None:
         return
     fig, axes = plt.subplots(1, len(args.datasets), figsize=(4.5 * len(args.datasets), 4), squeeze=False)
     for ax, d in zip(axes[0], args.datasets):

@@ -671,14 +671,23 @@ def goal_lines(rows, clients_l):
     return out
 
 
-def plot(rows, outdir):
+def pyplot(no_output, hint=""):
+    """matplotlib.pyplot with the Agg backend, or None after saying what is
+    not drawn (no_output: "no PNGs", ...). Shared by the Redis benchmarks."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        return plt
     except ImportError:
-        log("matplotlib not found for %s: no PNGs (Debian's python3-matplotlib serves /usr/bin/python3; "
-            "run the script with that, or --replot with it later)" % sys.executable)
+        log("matplotlib not found for %s: %s (Debian's python3-matplotlib serves /usr/bin/python3%s)"
+            % (sys.executable, no_output, hint))
+        return None
+
+
+def plot(rows, outdir):
+    plt = pyplot("no PNGs", "; run the script with that, or --replot with it later")
+    if plt is None:
         return
     systems = [s for s in ALL_SYSTEMS if any(r["system"] == s for r in rows)]
     clients_l = sorted({int(r["clients"]) for r in rows})

@@ -413,16 +413,23 @@ static inline int slab_class_at(uint64_t u)
     return (int)((const uint8_t *)g_base)[m + (u >> SLAB_SHIFT)] - 1;
 }
 
+/* Is u the place of an object of slab class s (its region is a slab of s
+ * and it is on one of the slab's object boundaries)? */
+static bool slab_obj_at(uint64_t u, unsigned s)
+{
+    if (u < FIRST_OFF + HDR || u >= g_root->top || slab_class_at(u) != (int)s)
+        return false;
+    uint64_t in = u & (SLAB - 1);
+    return in % slab_obj(s) == 0 && in / slab_obj(s) < slab_count(s);
+}
+
 /* Is u an object of the slab class s that has been handed out at least once
- * (its region is a slab of s, it is on an object boundary, and not past the
- * newest slab's next never-used object)? */
+ * (an object's place, and not past the newest slab's next never-used
+ * object)? */
 static bool slab_obj_valid(uint64_t u, unsigned s)
 {
     dheap_root *r = g_root;
-    if (u < FIRST_OFF + HDR || u >= r->top || slab_class_at(u) != (int)s)
-        return false;
-    uint64_t in = u & (SLAB - 1);
-    if (in % slab_obj(s) || in / slab_obj(s) >= slab_count(s))
+    if (!slab_obj_at(u, s))
         return false;
     uint64_t next = r->slab_next[s];
     return !(next && (next & ~(SLAB - 1)) == (u & ~(SLAB - 1)) && u >= next);
@@ -542,8 +549,7 @@ static uint64_t slab_alloc(unsigned s)
                 return 0;
             u = r->slab_next[s];
         }
-        if (u < FIRST_OFF + HDR || u >= r->top || slab_class_at(u) != (int)s ||
-            (u & (SLAB - 1)) % slab_obj(s) || (u & (SLAB - 1)) / slab_obj(s) >= slab_count(s))
+        if (!slab_obj_at(u, s))
             die("malloc", g_base + u, "corrupt slab_next");
         uint64_t next = u + slab_obj(s);
         if ((next & (SLAB - 1)) / slab_obj(s) >= slab_count(s) || !(next & (SLAB - 1)))
@@ -1218,12 +1224,10 @@ static int check_slabs(const uint64_t *slabs, uint64_t *inuse)
     for (unsigned c = 0; c < DHEAP_NSLABS && !rc; c++) {
         uint64_t carved = slabs[c] * slab_count(c), next = r->slab_next[c];
         if (next) {
-            uint64_t in = next & (SLAB - 1);
-            if (next >= r->top || slab_class_at(next) != (int)c || in % slab_obj(c) ||
-                in / slab_obj(c) >= slab_count(c))
+            if (!slab_obj_at(next, c))
                 rc = check_fail("root.slab_next is not an object of its class", next);
             else
-                carved -= slab_count(c) - in / slab_obj(c);
+                carved -= slab_count(c) - (next & (SLAB - 1)) / slab_obj(c);
         }
         uint64_t nfree = 0;
         for (uint64_t e = r->slab_free[c]; e && !rc; e = rc ? 0 : *(const uint64_t *)(g_base + e)) {
