@@ -977,15 +977,19 @@ static uint64_t heap_reserve(uint64_t capacity)
 /* Arguments from this size on are checked for room in one piece. */
 #define BIG_ARGUMENT (64u << 10)
 
+/* The chunk a large allocation of len bytes takes: a page multiple with the
+ * heap's 8-byte header (sds adds up to 17 bytes). */
+static uint64_t chunk_room(uint64_t len)
+{
+    return (len + 8 + 17 + 4095) & ~(uint64_t)4095;
+}
+
 /* The room in one piece that the command's big arguments (those of the
- * queued commands for EXEC) need for a durable copy each: their chunks, as
- * the heap rounds them (a page multiple with an 8-byte header; sds adds up
- * to 17 bytes), plus a margin for the small allocations around them (a
- * small request may take a page of a free piece). *largest: the longest. */
-static uint64_t big_arguments_room(client *c, int exec, size_t *largest)
+ * queued commands for EXEC) need for a durable copy each. *largest: the
+ * longest. */
+static uint64_t big_arguments_room(client *c, int exec, uint64_t *largest)
 {
     uint64_t room = 0;
-    *largest = 0;
     for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
         robj **argv = k < 0 ? c->argv : c->mstate.commands[k].argv;
         int argc = k < 0 ? c->argc : c->mstate.commands[k].argc;
@@ -993,11 +997,189 @@ static uint64_t big_arguments_room(client *c, int exec, size_t *largest)
             if (!argv[j] || !sdsEncodedObject(argv[j])) continue;
             size_t len = sdslen(argv[j]->ptr);
             if (len < BIG_ARGUMENT) continue;
-            room += ((uint64_t)len + 8 + 17 + 4095) & ~(uint64_t)4095;
+            room += chunk_room(len);
             if (len > *largest) *largest = len;
         }
     }
-    return room ? room + BIG_ARGUMENT : 0;
+    return room;
+}
+
+/* ---- strings a command grows ------------------------------------------------ *
+ * A few commands make a string far larger than their arguments: SETRANGE k
+ * 200000000 x asks for 200 MB, as do SETBIT and BITFIELD with a large
+ * offset; APPEND reallocates its value, BITOP makes a string as long as its
+ * longest source, COPY duplicates one. Counting only their arguments, the
+ * heap check let them run into an allocation that failed, and Redis aborted
+ * for OUT OF MEMORY (any client could stop the server so). Their result is
+ * estimated before they run, from the key as it is now: the new string's
+ * length, and the allocation sds makes for it (an existing string grows
+ * greedily, as sdsMakeRoomFor does: twice the length below 1 MiB, 1 MiB more
+ * above; unless the string already has the room). A command Redis will
+ * refuse by itself (a bad offset, a wrong type, past proto-max-bulk-len) is
+ * estimated at 0, so that it gets Redis's own error. */
+
+/* The string value at key, looked up with no side effect (no expiry, no
+ * access time, no rehash step outside a write section): NULL when the key is
+ * missing or holds another type (*other then set). */
+static robj *peek_string(client *c, robj *key, int *other)
+{
+    *other = 0;
+    if (!key || !sdsEncodedObject(key)) return NULL;
+    dictEntry *de = dictFind(c->db->dict, key->ptr);
+    if (!de) return NULL;
+    robj *o = dictGetVal(de);
+    if (o->type == OBJ_STRING) return o;
+    *other = 1;
+    return NULL;
+}
+
+/* What making the string o (NULL: a new one) target bytes long allocates. */
+static uint64_t string_allocation(robj *o, uint64_t target)
+{
+    if (target > (uint64_t)server.proto_max_bulk_len) return 0; /* Redis refuses it */
+    if (!o) return target;                            /* sdsnewlen: exact */
+    if (target <= stringObjectLen(o)) return 0;
+    if (o->encoding == OBJ_ENCODING_RAW && o->refcount == 1 && sdsalloc(o->ptr) >= target) return 0;
+    return target < SDS_MAX_PREALLOC ? 2 * target : target + SDS_MAX_PREALLOC;
+}
+
+static int arg_ll(robj *o, long long *v)
+{
+    return o && sdsEncodedObject(o) && string2ll(o->ptr, sdslen(o->ptr), v);
+}
+
+/* BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
+ * increment] [OVERFLOW how]: the byte length its writes need, 0 with none
+ * (or a malformed request, which Redis refuses). */
+static uint64_t bitfield_length(robj **argv, int argc)
+{
+    uint64_t highest = 0;
+    int writes = 0;
+    for (int j = 2; j < argc;) {
+        if (!sdsEncodedObject(argv[j])) return 0;
+        const char *op = argv[j]->ptr;
+        if (!strcasecmp(op, "overflow")) {
+            j += 2;
+            continue;
+        }
+        int set = !strcasecmp(op, "set"), incr = !strcasecmp(op, "incrby");
+        if ((!set && !incr && strcasecmp(op, "get")) || j + 2 >= argc) return 0;
+        if (!sdsEncodedObject(argv[j + 1]) || !sdsEncodedObject(argv[j + 2])) return 0;
+        const char *type = argv[j + 1]->ptr, *off = argv[j + 2]->ptr;
+        long long bits, offset;
+        if ((type[0] != 'i' && type[0] != 'u') || !string2ll(type + 1, strlen(type + 1), &bits) ||
+            bits < 1 || bits > 64)
+            return 0;
+        int scaled = off[0] == '#';
+        if (!string2ll(off + scaled, strlen(off + scaled), &offset) || offset < 0) return 0;
+        if (scaled) {
+            if ((unsigned long long)offset > UINT64_MAX / 64) return 0;
+            offset *= bits;
+        }
+        if (set || incr) {
+            if (j + 3 >= argc) return 0;
+            writes = 1;
+            if ((uint64_t)offset + (uint64_t)bits - 1 > highest) highest = (uint64_t)offset + (uint64_t)bits - 1;
+            j += 4;
+        } else {
+            j += 3;
+        }
+    }
+    return writes ? (highest >> 3) + 1 : 0;
+}
+
+/* The largest string the command (not queued: run now) allocates beyond
+ * its arguments, in bytes; 0 for the other commands. */
+static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    int other;
+    long long v;
+    if (!cmd) return 0;
+    if (cmd->proc == appendCommand && argc == 3 && sdsEncodedObject(argv[2])) {
+        robj *o = peek_string(c, argv[1], &other);
+        return o ? string_allocation(o, stringObjectLen(o) + sdslen(argv[2]->ptr)) : 0;
+    }
+    if (cmd->proc == setrangeCommand && argc == 4 && sdsEncodedObject(argv[3])) {
+        if (!arg_ll(argv[2], &v) || v < 0 || sdslen(argv[3]->ptr) == 0) return 0;
+        robj *o = peek_string(c, argv[1], &other);
+        return other ? 0 : string_allocation(o, (uint64_t)v + sdslen(argv[3]->ptr));
+    }
+    if ((cmd->proc == setbitCommand && argc == 4) || cmd->proc == bitfieldCommand) {
+        uint64_t len;
+        if (cmd->proc == setbitCommand) {
+            if (!arg_ll(argv[2], &v) || v < 0) return 0;
+            len = ((uint64_t)v >> 3) + 1;
+        } else {
+            len = bitfield_length(argv, argc);
+        }
+        if (!len) return 0;
+        robj *o = peek_string(c, argv[1], &other);
+        return other ? 0 : string_allocation(o, len);
+    }
+    if (cmd->proc == bitopCommand && argc >= 4) {
+        uint64_t longest = 0;
+        for (int j = 3; j < argc; j++) {
+            robj *o = peek_string(c, argv[j], &other);
+            if (other) return 0;
+            if (o && stringObjectLen(o) > longest) longest = stringObjectLen(o);
+        }
+        return string_allocation(NULL, longest);
+    }
+    if (cmd->proc == copyCommand && argc >= 3) {
+        robj *o = peek_string(c, argv[1], &other);
+        return o ? string_allocation(NULL, stringObjectLen(o)) : 0;
+    }
+    return 0;
+}
+
+/* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
+ * queued) cannot run now, as an error reply, or NULL if it may. c runs the
+ * command (a script's client for a command a script calls); args: the bytes
+ * of its arguments. */
+static sds heap_refusal(client *c, int exec, uint64_t args)
+{
+    uint64_t allocated, capacity;
+    mango_heap_room(&allocated, &capacity);
+    if (!capacity) return NULL;
+    uint64_t largest = 0, grown = 0, grown_room = 0;
+    for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
+        multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
+        uint64_t g = m ? string_growth(c, m->cmd, m->argv, m->argc) : string_growth(c, c->cmd, c->argv, c->argc);
+        grown += g;
+        if (g >= BIG_ARGUMENT) grown_room += chunk_room(g);
+        if (g > largest) largest = g;
+    }
+    uint64_t need = 2 * args + grown + heap_reserve(capacity);
+    if (allocated > capacity || capacity - allocated < need)
+        return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
+                            "use; this command needs about %llu more, with a reserve): delete keys, set maxmemory "
+                            "below the heap, or start with a larger pool (mango-pool-size)",
+                            (unsigned long long)allocated, (unsigned long long)capacity, (unsigned long long)need);
+    /* Room by bytes in use is no promise for large values: the free space
+     * may lie in pieces between live objects. Their durable copies, and the
+     * large strings the command makes, are asked for one piece that holds
+     * them all (conservative: it serves them one after the other, first
+     * fit), plus a margin for the small allocations around them (a small
+     * request may take a page of a free piece). If there is none, freed
+     * small objects are reclaimed first, in a write section of its own: it
+     * changes only the allocator's metadata, which no reply depends on, so
+     * reads need not wait for its batch. */
+    uint64_t room = big_arguments_room(c, exec, &largest) + grown_room;
+    if (!room) return NULL;
+    room += BIG_ARGUMENT;
+    if (mango_heap_fits(room)) return NULL;
+    uint64_t ticket = global_ticket;
+    mangoWriteBegin();
+    int fits = mango_heap_fits(room);
+    mangoWriteEnd();
+    global_ticket = ticket;
+    if (fits) return NULL;
+    return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap has no room in one piece for the "
+                        "large values this command makes (%llu bytes, the largest %llu; %llu of %llu bytes in "
+                        "use, the rest lies between live objects): delete keys, set maxmemory below the heap, "
+                        "or start with a larger pool (mango-pool-size)",
+                        (unsigned long long)room, (unsigned long long)largest, (unsigned long long)allocated,
+                        (unsigned long long)capacity);
 }
 
 int mangoRefuseCommand(client *c)
@@ -1015,47 +1197,17 @@ int mangoRefuseCommand(client *c)
      * that fails ("OUT OF MEMORY", a bug report, the pool intact), so a
      * command that may grow memory (CMD_DENYOOM, as maxmemory judges it; an
      * EXEC by what it queued) is refused with an OOM error while the heap's
-     * room is short of twice its arguments plus a reserve. A command that
-     * makes far more than its arguments (SUNIONSTORE, a script) can still
-     * reach the abort; maxmemory below the heap's capacity avoids that. */
+     * room is short of twice its arguments, the strings it grows and a
+     * reserve (heap_refusal). A command that makes far more than that
+     * (SUNIONSTORE, SORT ... STORE) can still reach the abort; maxmemory
+     * below the heap's capacity avoids that. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
     if ((c->cmd->flags & CMD_DENYOOM) || (exec && (c->mstate.cmd_flags & CMD_DENYOOM))) {
-        uint64_t allocated, capacity;
-        mango_heap_room(&allocated, &capacity);
-        uint64_t args = c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0);
-        uint64_t need = 2 * args + heap_reserve(capacity);
-        if (capacity && (allocated > capacity || capacity - allocated < need)) {
-            rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in use; "
-                                "this command needs about %llu more, with a reserve): delete keys, set maxmemory "
-                                "below the heap, or start with a larger pool (mango-pool-size)",
-                                (unsigned long long)allocated, (unsigned long long)capacity,
-                                (unsigned long long)need);
+        sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));
+        if (why) {
+            rejectCommandFormat(c, "%s", why);
+            sdsfree(why);
             return 1;
-        }
-        /* Room by bytes in use is no promise for large values: the free
-         * space may lie in pieces between live objects. Their durable copies
-         * are asked for one piece that holds them all (conservative: it
-         * serves them one after the other, first fit). If there is none,
-         * freed small objects are reclaimed first, in a write section of its
-         * own: it changes only the allocator's metadata, which no reply
-         * depends on, so reads need not wait for its batch. */
-        size_t largest;
-        uint64_t room = big_arguments_room(c, exec, &largest);
-        if (room && !mango_heap_fits(room)) {
-            uint64_t ticket = global_ticket;
-            mangoWriteBegin();
-            int fits = mango_heap_fits(room);
-            mangoWriteEnd();
-            global_ticket = ticket;
-            if (!fits) {
-                rejectCommandFormat(c, "-OOM Mangosteen: the pool's durable heap has no room in one piece for "
-                                    "this command's large values (%llu bytes, the largest %zu; %llu of %llu bytes "
-                                    "in use, the rest lies between live objects): delete keys, set maxmemory below "
-                                    "the heap, or start with a larger pool (mango-pool-size)",
-                                    (unsigned long long)room, largest, (unsigned long long)allocated,
-                                    (unsigned long long)capacity);
-                return 1;
-            }
         }
     }
     if (c->cmd->proc == configSetCommand) {
@@ -1078,6 +1230,21 @@ int mangoRefuseCommand(client *c)
         return 0; /* already a master: a no-op */
     rejectCommandFormat(c, "Mangosteen: %s is not supported with a pool: a replica's full sync would load "
                         "the master's data outside any write section", c->cmd->fullname);
+    return 1;
+}
+
+int mangoRefuseScriptCommand(client *c, sds *err)
+{
+    /* The same heap check for a command a script calls: Redis's own check
+     * there (scriptVerifyOOM) runs only with maxmemory and only before the
+     * script's first write. A script client's argv_len_sum is not kept. */
+    if (!mango_on || !(c->cmd->flags & CMD_DENYOOM)) return 0;
+    uint64_t args = 0;
+    for (int j = 0; j < c->argc; j++)
+        if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
+    sds why = heap_refusal(c, 0, args);
+    if (!why) return 0;
+    *err = why;
     return 1;
 }
 

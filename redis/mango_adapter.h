@@ -51,10 +51,15 @@ struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
  * REPLICAOF host port is (a replica's full sync loads the master's data
  * outside any write section), and so is CONFIG SET appendonly yes (the pool
- * is the durable copy). (replicaof and appendonly yes in the configuration
+ * is the durable copy), and so is a command that may grow memory while the
+ * pool's durable heap has no room for what it makes (an OOM error). (replicaof and appendonly yes in the configuration
  * are refused at start-up.) Commands of any size run: a batch larger than the
  * log goes through the pool's big-batch file (docs/pool-format.md). */
 int mangoRefuseCommand(struct client *c);
+/* scriptCall(), for a command a script calls: refuse it with *err (an sds)
+ * when the pool's durable heap has no room for it, as mangoRefuseCommand
+ * does for clients' commands? (A failed allocation aborts Redis.) */
+int mangoRefuseScriptCommand(struct client *c, char **err);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable
  * copies (Redis stores them in the keyspace as they are, e.g. SET's value),

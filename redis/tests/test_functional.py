@@ -1620,6 +1620,102 @@ def test_space_freed_by_small_keys_serves_large_values(server_factory):
     assert r.info("mangosteen")["mango_heap_reclaims"] == 0  # counted per process
 
 
+def test_commands_that_grow_strings_are_checked_for_room(server_factory):
+    """SETRANGE, SETBIT and BITFIELD with a large offset, APPEND to a large
+    value, COPY and BITOP of one make a string far larger than their
+    arguments, and the heap check counted only arguments: one `SETRANGE k
+    200000000 x` from any client made Redis abort for OUT OF MEMORY, from a
+    script too. Now the string they make is estimated before they run and
+    they are refused with OOM; requests Redis refuses by itself keep Redis's
+    own error; what fits still runs, and survives kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    full = "^OOM Mangosteen: the pool's durable heap is full"
+    with pytest.raises(ResponseError, match=full):
+        r.setrange("k", 200_000_000, "x")
+    with pytest.raises(ResponseError, match=full):
+        r.setbit("b", 2_000_000_000, 1)
+    with pytest.raises(ResponseError, match=full):
+        r.execute_command("BITFIELD", "bf", "GET", "u8", 0, "SET", "u8", "#100000000", 1)
+    with pytest.raises(ResponseError, match="OOM Mangosteen: the pool's durable heap is full"):
+        r.eval("return redis.call('setrange', KEYS[1], 200000000, 'x')", 1, "k")
+    assert b"OOM Mangosteen" in r.eval("return redis.pcall('setbit', KEYS[1], 2000000000, 1)['err']", 1, "b")
+    with pytest.raises(ResponseError, match="durable heap is full"):
+        with r.pipeline(transaction=True) as p:
+            p.set("m", "1").setrange("m", 200_000_000, "x").execute()
+    assert r.exists("k", "b", "bf", "m") == 0 and r.ping()
+    # What Redis refuses by itself keeps its own error.
+    with pytest.raises(ResponseError, match="offset is out of range"):
+        r.setrange("k", -1, "x")
+    with pytest.raises(ResponseError, match="maximum allowed size"):
+        r.setrange("k", 600_000_000, "x")
+    with pytest.raises(ResponseError, match="bit offset is not an integer or out of range"):
+        r.setbit("b", 1 << 40, 1)
+    r.hset("h", "f", "v")
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        r.setrange("h", 100_000_000, "x")
+    # What fits runs: a new string as long as asked, then grown in place
+    # while its allocation has room.
+    half = cap * 55 // 100
+    assert r.setrange("big", half - 1, "x") == half
+    assert r.setbit("b", 8 * 1000, 1) == 0 and r.strlen("b") == 1001
+    assert r.execute_command("BITFIELD", "bf", "SET", "u8", "#1000", 7) == [0]
+    # Growing the large one needs a second copy (sds grows it by 1 MiB
+    # more), and so do COPY and BITOP: no room for them.
+    for grow in (lambda: r.append("big", b"y" * 5000), lambda: r.setrange("big", half + 4096, "z"),
+                 lambda: r.setbit("big", 8 * (half + 4096), 1), lambda: r.copy("big", "big2"),
+                 lambda: r.bitop("OR", "dst", "big", "b")):
+        with pytest.raises(ResponseError, match=full):
+            grow()
+    assert r.strlen("big") == half and r.exists("big2", "dst") == 0
+    with pytest.raises(ResponseError, match="durable heap is full"):
+        with r.pipeline(transaction=True) as p:
+            p.append("big", b"y" * 5000).execute()
+    assert r.strlen("big") == half and r.ping()
+    # sds grows an existing string by 1 MiB more than asked (twice its
+    # length below 1 MiB): an APPEND whose exact result would fit, but whose
+    # allocation would not, is refused.
+    assert r.delete("big") == 1
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = (cap - used - max(cap // 32, 1 << 20) - (1 << 19)) // 2 // 4096 * 4096
+    assert r.setrange("big", length - 1, "x") == length
+    with pytest.raises(ResponseError, match=full):
+        r.append("big", b"y" * 5000)
+    # while its allocation has room (the heap's page rounding left ~4 KB),
+    # it grows in place and is let run
+    assert r.append("big", b"y" * 1000) == length + 1000
+    s.restart("kill")
+    r = s.client()
+    assert r.strlen("big") == length + 1000 and r.getrange("big", length - 1, length) == b"xy"
+    assert r.getbit("b", 8000) == 1 and r.execute_command("BITFIELD", "bf", "GET", "u8", "#1000") == [7]
+
+
+def test_growing_a_string_on_a_fragmented_heap_is_refused(server_factory):
+    """The same estimate is checked against the largest free piece: with
+    most of the heap free but scattered among small keys, a SETRANGE that
+    asks for a few MB was let run by the bytes in use and aborted Redis."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    n = 480_000  # about 90 bytes a key, 4 MB of dict table (the next table would not fit)
+    r.execute_command("DEBUG", "POPULATE", n)
+    carved = r.info("mangosteen")["mango_heap_carved_bytes"]
+    assert carved > cap * 7 // 10, (carved, cap)
+    # delete two keys in three: every slab keeps objects in use
+    for lo in range(0, n, 20000):
+        r.eval("for i = ARGV[1], ARGV[2] do if i % 3 ~= 0 then redis.call('del', 'key:' .. i) end end",
+               0, lo, min(lo + 20000, n) - 1)
+    info = r.info("mangosteen")
+    assert info["mango_heap_allocated_bytes"] < cap // 2, info
+    size = cap - carved + (4 << 20)  # more than is left past the last object
+    assert size + 2 * (cap >> 5) < cap - info["mango_heap_allocated_bytes"]  # the bytes check passes
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap has no room in one piece"):
+        r.setrange("new", size, "x")
+    assert r.ping() and r.dbsize() == n - (n - (n + 2) // 3) and r.exists("new") == 0
+    assert r.info("mangosteen")["mango_heap_reclaims"] >= 1  # tried before refusing
+
+
 def test_a_crash_report_skips_the_memory_test(srv):
     """Redis's crash report tests memory by rewriting every anonymous mapping,
     the durable heap and the runtime's tables included; in a write command its
