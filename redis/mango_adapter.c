@@ -1132,6 +1132,56 @@ static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, 
     return 0;
 }
 
+/* ---- tables a dict doubles into ----------------------------------------- *
+ * A dict that has as many entries as buckets allocates a table twice the
+ * size at its next insert: 8 MB for the keyspace's 524 288th key, 128 MB for
+ * its 8 388 608th. Filling a 64 MiB pool with small SETs made Redis abort
+ * there, with 46 of 58 MB in use, before the reserve was ever short. So a
+ * command is also counted the tables of the dicts it may add to that stand
+ * at that point: the db's keyspace and expires, and the hash, set or sorted
+ * set at its first argument. */
+
+/* The table the next insert into d allocates, in bytes, as
+ * _dictExpandIfNeeded decides it (not while rehashing; not when the dict's
+ * type refuses it, as the keyspace does past maxmemory); 0 if none. */
+static uint64_t next_table(dict *d)
+{
+    if (!d || dictIsRehashing(d)) return 0;
+    unsigned long size = DICTHT_SIZE(d->ht_size_exp[0]);
+    if (size == 0 || d->ht_used[0] < size) return 0; /* (an empty dict's first table is 4 buckets) */
+    unsigned long next = size;
+    while (next <= d->ht_used[0]) next <<= 1;
+    uint64_t bytes = (uint64_t)next * sizeof(dictEntry *);
+    if (d->type->expandAllowed && !d->type->expandAllowed(bytes, (double)d->ht_used[0] / size)) return 0;
+    return bytes;
+}
+
+/* The dict of the hash, set or sorted set at key, looked up with no side
+ * effect; NULL if it has none. */
+static dict *value_dict(client *c, robj *key)
+{
+    if (!key || !sdsEncodedObject(key)) return NULL;
+    dictEntry *de = dictFind(c->db->dict, key->ptr);
+    if (!de) return NULL;
+    robj *o = dictGetVal(de);
+    if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) return o->ptr;
+    if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) return ((zset *)o->ptr)->dict;
+    return NULL;
+}
+
+/* What a command makes beyond its arguments: bytes in all, the room in one
+ * piece its large allocations need, the largest. */
+typedef struct growth {
+    uint64_t bytes, room, largest;
+} growth;
+
+static void growth_add(growth *g, uint64_t n)
+{
+    g->bytes += n;
+    if (n >= BIG_ARGUMENT) g->room += chunk_room(n);
+    if (n > g->largest) g->largest = n;
+}
+
 /* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
  * queued) cannot run now, as an error reply, or NULL if it may. c runs the
  * command (a script's client for a command a script calls); args: the bytes
@@ -1141,14 +1191,23 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     uint64_t allocated, capacity;
     mango_heap_room(&allocated, &capacity);
     if (!capacity) return NULL;
-    uint64_t largest = 0, grown = 0, grown_room = 0;
+    growth g = {0};
+    growth_add(&g, next_table(c->db->dict));
+    growth_add(&g, next_table(c->db->expires));
+    /* The value at the first argument is looked up for every command: one
+     * dictFind, whose bucket the command's own lookup then finds in the
+     * cache. (A filter on the heap's room, such as "a table as large as the
+     * bytes in use would fit", would cost more on a fragmented heap: asking
+     * whether a piece fits may walk the free list.) */
     for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
-        uint64_t g = m ? string_growth(c, m->cmd, m->argv, m->argc) : string_growth(c, c->cmd, c->argv, c->argc);
-        grown += g;
-        if (g >= BIG_ARGUMENT) grown_room += chunk_room(g);
-        if (g > largest) largest = g;
+        struct redisCommand *cmd = m ? m->cmd : c->cmd;
+        robj **argv = m ? m->argv : c->argv;
+        int argc = m ? m->argc : c->argc;
+        growth_add(&g, string_growth(c, cmd, argv, argc));
+        if (argc >= 2) growth_add(&g, next_table(value_dict(c, argv[1])));
     }
+    uint64_t grown = g.bytes, grown_room = g.room, largest = g.largest;
     uint64_t need = 2 * args + grown + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
         return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
@@ -1157,7 +1216,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
                             (unsigned long long)allocated, (unsigned long long)capacity, (unsigned long long)need);
     /* Room by bytes in use is no promise for large values: the free space
      * may lie in pieces between live objects. Their durable copies, and the
-     * large strings the command makes, are asked for one piece that holds
+     * large strings and tables the command makes, are asked for one piece that holds
      * them all (conservative: it serves them one after the other, first
      * fit), plus a margin for the small allocations around them (a small
      * request may take a page of a free piece). If there is none, freed
@@ -1197,10 +1256,10 @@ int mangoRefuseCommand(client *c)
      * that fails ("OUT OF MEMORY", a bug report, the pool intact), so a
      * command that may grow memory (CMD_DENYOOM, as maxmemory judges it; an
      * EXEC by what it queued) is refused with an OOM error while the heap's
-     * room is short of twice its arguments, the strings it grows and a
-     * reserve (heap_refusal). A command that makes far more than that
-     * (SUNIONSTORE, SORT ... STORE) can still reach the abort; maxmemory
-     * below the heap's capacity avoids that. */
+     * room is short of twice its arguments, the strings it grows, the
+     * tables its dicts double into and a reserve (heap_refusal). A command
+     * that makes far more than that (SUNIONSTORE, SORT ... STORE) can still
+     * reach the abort; maxmemory below the heap's capacity makes it rarer. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
     if ((c->cmd->flags & CMD_DENYOOM) || (exec && (c->mstate.cmd_flags & CMD_DENYOOM))) {
         sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));

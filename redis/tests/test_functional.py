@@ -1716,6 +1716,73 @@ def test_growing_a_string_on_a_fragmented_heap_is_refused(server_factory):
     assert r.info("mangosteen")["mango_heap_reclaims"] >= 1  # tried before refusing
 
 
+def test_a_keyspace_that_would_double_past_the_heap_is_refused(server_factory):
+    """A dict with as many entries as buckets allocates a table twice the
+    size at its next insert. Filling a 64 MiB pool with small SETs made Redis
+    abort at the 524 288th key (an 8 MB table, 46 of 58 MB in use): the
+    reserve was never short. Now that SET is refused with OOM, the server
+    stays up, a deletion makes room for a key again, and every acknowledged
+    key survives kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    n, refused = 0, None
+    while refused is None and n < 1_000_000:
+        p = r.pipeline(transaction=False)
+        for i in range(n, n + 1000):
+            p.set(f"k{i:07d}", "v")
+        for i, res in enumerate(p.execute(raise_on_error=False)):
+            if isinstance(res, ResponseError):
+                refused = refused or (n + i, str(res))
+        n += 1000
+    assert refused, "every SET ran"
+    first, msg = refused
+    assert first == 1 << 19 and r.dbsize() == first, (first, r.dbsize())
+    assert msg.startswith("OOM Mangosteen: the pool's durable heap"), msg
+    assert r.ping() and r.get("k0000000") == b"v"
+    assert r.delete("k0000000") == 1 and r.set("again", "v")
+    s.restart("kill")
+    r = s.client()
+    assert r.dbsize() == first and r.get("again") == b"v" and r.get(f"k{first - 1:07d}") == b"v"
+    # With maxmemory, Redis itself does not double the keyspace's table past
+    # it (dictExpandAllowed): then nothing is refused for the table, keys go
+    # on in the table as it is, until Redis's own maxmemory refusal.
+    used = r.info("memory")["used_memory"]
+    r.config_set("maxmemory", used + (3 << 20))
+    more = 0
+    with pytest.raises(ResponseError, match="^OOM command not allowed when used memory > 'maxmemory'"):
+        for lo in range(0, 100_000, 1000):
+            p = r.pipeline(transaction=False)
+            for i in range(lo, lo + 1000):
+                p.set(f"m{i:07d}", "v")
+            more += sum(res is True for res in p.execute(raise_on_error=False))
+            p.reset()
+            r.ping()
+            r.set("probe", "v")
+    assert more >= 10_000 and r.dbsize() > first + 10_000, more
+
+
+def test_a_hash_that_would_double_past_the_heap_is_refused(server_factory):
+    """The same for the dict of a hash: its 131 073rd field asks for a 2 MB
+    table, more than the heap's reserve of free space."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    fields = 1 << 17
+    for lo in range(0, fields, 2000):
+        r.hset("h", mapping={f"f{i}": "v" for i in range(lo, min(lo + 2000, fields))})
+    assert r.hlen("h") == fields and r.object("encoding", "h") == b"hashtable"
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = cap - used - max(cap // 32, 1 << 20) - (1 << 20)
+    assert r.setrange("big", length - 1, "x") == length  # leaves 1 MB more than the reserve
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+        r.hset("h", "one-more", "v")
+    assert r.ping() and r.hlen("h") == fields
+    assert r.hdel("h", "f0") == 1 and r.hset("h", "one-more", "v") == 1  # no table to double now
+    s.restart("kill")
+    r = s.client()
+    assert r.hlen("h") == fields and r.hget("h", "one-more") == b"v" and r.strlen("big") == length
+
+
 def test_a_crash_report_skips_the_memory_test(srv):
     """Redis's crash report tests memory by rewriting every anonymous mapping,
     the durable heap and the runtime's tables included; in a write command its
