@@ -1137,33 +1137,54 @@ static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, 
  * size at its next insert: 8 MB for the keyspace's 524 288th key, 128 MB for
  * its 8 388 608th. Filling a 64 MiB pool with small SETs made Redis abort
  * there, with 46 of 58 MB in use, before the reserve was ever short. So a
- * command is also counted the tables of the dicts it may add to that stand
- * at that point: the db's keyspace and expires, and the hash, set or sorted
- * set at its first argument. */
+ * command is also counted the tables of the dicts it may add to, should it
+ * reach that point: the db's keyspace and expires, and the hash, set or
+ * sorted set at its first argument. */
 
-/* The table the next insert into d allocates, in bytes, as
- * _dictExpandIfNeeded decides it (not while rehashing; not when the dict's
- * type refuses it, as the keyspace does past maxmemory); 0 if none. */
-static uint64_t next_table(dict *d)
+/* The largest table inserting up to adds entries into d allocates, in
+ * bytes, as _dictExpandIfNeeded decides it: an insert into a dict with as
+ * many entries as buckets doubles it (while rehashing, the new table is the
+ * one counted). 0 if none; 0 too when the dict's type refuses the next
+ * expansion now, as the keyspace does past maxmemory. adds is an upper
+ * bound (a command's arguments): a command is counted a table a few
+ * entries early. */
+static uint64_t next_table(dict *d, uint64_t adds)
 {
-    if (!d || dictIsRehashing(d)) return 0;
-    unsigned long size = DICTHT_SIZE(d->ht_size_exp[0]);
-    if (size == 0 || d->ht_used[0] < size) return 0; /* (an empty dict's first table is 4 buckets) */
-    unsigned long next = size;
-    while (next <= d->ht_used[0]) next <<= 1;
-    uint64_t bytes = (uint64_t)next * sizeof(dictEntry *);
-    if (d->type->expandAllowed && !d->type->expandAllowed(bytes, (double)d->ht_used[0] / size)) return 0;
+    if (!d || adds == 0) return 0;
+    int t = dictIsRehashing(d) ? 1 : 0;
+    unsigned long size = DICTHT_SIZE(d->ht_size_exp[t]);
+    uint64_t used = d->ht_used[0] + d->ht_used[1], last = used + adds - 1; /* entries before the last insert */
+    if (size == 0 || last < size) return 0; /* (an empty dict's first table is 4 buckets) */
+    uint64_t next = size;
+    while (next <= last) next <<= 1;
+    uint64_t bytes = next * sizeof(dictEntry *);
+    if (!t && used >= size && d->type->expandAllowed &&
+        !d->type->expandAllowed(size * 2 * sizeof(dictEntry *), (double)used / size))
+        return 0;
     return bytes;
 }
 
+/* How many keys a command may add: one for a command with one key (SET,
+ * HSET, ...), at most one per argument otherwise. */
+static uint64_t keys_added_at_most(struct redisCommand *cmd, int argc)
+{
+    if (cmd && cmd->key_specs_num == 1 && cmd->key_specs[0].find_keys_type == KSPEC_FK_RANGE &&
+        cmd->key_specs[0].fk.range.lastkey == 0)
+        return 1;
+    return argc > 1 ? (uint64_t)argc - 1 : 0;
+}
+
 /* The dict of the hash, set or sorted set at key, looked up with no side
- * effect; NULL if it has none. */
-static dict *value_dict(client *c, robj *key)
+ * effect; NULL if it has none. *args_per_entry: the arguments a command
+ * needs to add one entry (a field and its value, a score and its member, a
+ * set's member). */
+static dict *value_dict(client *c, robj *key, int *args_per_entry)
 {
     if (!key || !sdsEncodedObject(key)) return NULL;
     dictEntry *de = dictFind(c->db->dict, key->ptr);
     if (!de) return NULL;
     robj *o = dictGetVal(de);
+    *args_per_entry = o->type == OBJ_SET ? 1 : 2;
     if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) return o->ptr;
     if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) return ((zset *)o->ptr)->dict;
     return NULL;
@@ -1182,6 +1203,60 @@ static void growth_add(growth *g, uint64_t n)
     if (n > g->largest) g->largest = n;
 }
 
+/* ---- values a command builds from keys it reads ----------------------------- *
+ * COPY of a hash, SUNIONSTORE, ZUNIONSTORE, SORT ... STORE, GEOSEARCHSTORE
+ * and the like build a value from keys they only read (their key specs say
+ * RO) and store it under another key: it can be as large as those keys
+ * together, from arguments of a few bytes. Estimated before they run: the
+ * sources' sizes as MEMORY USAGE estimates them (objectComputeSize, 5
+ * samples), and, in one piece, a dict table for as many elements as they
+ * hold (the destination's, when it is a hash table). Also for SORT with no
+ * STORE: it is a write command, so its sort vector and the objects it makes
+ * come from the durable heap too (a SORT ... LIMIT 0 10 of a 200 000-member
+ * set made Redis abort on a nearly full heap). Strings are left to
+ * string_growth. */
+size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
+
+static uint64_t elements_of(robj *o)
+{
+    switch (o->type) {
+    case OBJ_LIST: return listTypeLength(o);
+    case OBJ_SET: return setTypeSize(o);
+    case OBJ_ZSET: return zsetLength(o);
+    case OBJ_HASH: return hashTypeLength(o);
+    default: return 0;
+    }
+}
+
+static void source_growth(client *c, struct redisCommand *cmd, robj **argv, int argc, growth *g)
+{
+    int reads = 0;
+    for (int i = 0; i < cmd->key_specs_num; i++)
+        if (cmd->key_specs[i].flags & CMD_KEY_RO) reads = 1;
+    if (!reads) return; /* (HSET, SET, LPUSH, ...: one look at their specs) */
+    getKeysResult keys = GETKEYS_RESULT_INIT;
+    int n = getKeysFromCommandWithSpecs(cmd, argv, argc, GET_KEYSPEC_DEFAULT, &keys);
+    uint64_t bytes = 0, elements = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(keys.keys[i].flags & CMD_KEY_RO) || keys.keys[i].pos >= argc) continue;
+        robj *key = argv[keys.keys[i].pos];
+        if (!sdsEncodedObject(key)) continue;
+        dictEntry *de = dictFind(c->db->dict, key->ptr);
+        if (!de) continue;
+        robj *o = dictGetVal(de);
+        if (o->type == OBJ_STRING) continue;
+        bytes += objectComputeSize(key, o, 5, c->db->id);
+        elements += elements_of(o);
+    }
+    getKeysFreeResult(&keys);
+    g->bytes += bytes;
+    if (elements >= 128) { /* below, a listpack or intset */
+        uint64_t buckets = 1;
+        while (buckets < elements) buckets <<= 1;
+        growth_add(g, buckets * sizeof(dictEntry *));
+    }
+}
+
 /* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
  * queued) cannot run now, as an error reply, or NULL if it may. c runs the
  * command (a script's client for a command a script calls); args: the bytes
@@ -1192,8 +1267,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     mango_heap_room(&allocated, &capacity);
     if (!capacity) return NULL;
     growth g = {0};
-    growth_add(&g, next_table(c->db->dict));
-    growth_add(&g, next_table(c->db->expires));
+    uint64_t keys = 0; /* at most as many new keys as arguments */
     /* The value at the first argument is looked up for every command: one
      * dictFind, whose bucket the command's own lookup then finds in the
      * cache. (A filter on the heap's room, such as "a table as large as the
@@ -1205,8 +1279,14 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         robj **argv = m ? m->argv : c->argv;
         int argc = m ? m->argc : c->argc;
         growth_add(&g, string_growth(c, cmd, argv, argc));
-        if (argc >= 2) growth_add(&g, next_table(value_dict(c, argv[1])));
+        if (cmd) source_growth(c, cmd, argv, argc, &g);
+        int per = 1;
+        dict *vd = argc >= 3 ? value_dict(c, argv[1], &per) : NULL;
+        if (vd) growth_add(&g, next_table(vd, (uint64_t)(argc - 2) / per));
+        keys += keys_added_at_most(cmd, argc);
     }
+    growth_add(&g, next_table(c->db->dict, keys));
+    growth_add(&g, next_table(c->db->expires, keys));
     uint64_t grown = g.bytes, grown_room = g.room, largest = g.largest;
     uint64_t need = 2 * args + grown + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
@@ -1257,9 +1337,10 @@ int mangoRefuseCommand(client *c)
      * command that may grow memory (CMD_DENYOOM, as maxmemory judges it; an
      * EXEC by what it queued) is refused with an OOM error while the heap's
      * room is short of twice its arguments, the strings it grows, the
-     * tables its dicts double into and a reserve (heap_refusal). A command
-     * that makes far more than that (SUNIONSTORE, SORT ... STORE) can still
-     * reach the abort; maxmemory below the heap's capacity makes it rarer. */
+     * tables its dicts double into, the keys it builds a value from and a
+     * reserve (heap_refusal). What is not estimated (another key's dict, a
+     * MOVE into another db) can still reach the abort; maxmemory below the
+     * heap's capacity makes it rarer. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
     if ((c->cmd->flags & CMD_DENYOOM) || (exec && (c->mstate.cmd_flags & CMD_DENYOOM))) {
         sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));

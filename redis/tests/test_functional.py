@@ -1739,7 +1739,10 @@ def test_a_keyspace_that_would_double_past_the_heap_is_refused(server_factory):
     assert first == 1 << 19 and r.dbsize() == first, (first, r.dbsize())
     assert msg.startswith("OOM Mangosteen: the pool's durable heap"), msg
     assert r.ping() and r.get("k0000000") == b"v"
-    assert r.delete("k0000000") == 1 and r.set("again", "v")
+    assert r.delete("k0000000") == 1
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+        r.mset({"two": "v", "three": "v"})  # the second key would double the table
+    assert r.set("again", "v")
     s.restart("kill")
     r = s.client()
     assert r.dbsize() == first and r.get("again") == b"v" and r.get(f"k{first - 1:07d}") == b"v"
@@ -1763,7 +1766,8 @@ def test_a_keyspace_that_would_double_past_the_heap_is_refused(server_factory):
 
 def test_a_hash_that_would_double_past_the_heap_is_refused(server_factory):
     """The same for the dict of a hash: its 131 073rd field asks for a 2 MB
-    table, more than the heap's reserve of free space."""
+    table, more than the heap's reserve of free space; so does a command that
+    adds the 131 072nd and the 131 073rd."""
     s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
     r = s.client()
     cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
@@ -1777,10 +1781,46 @@ def test_a_hash_that_would_double_past_the_heap_is_refused(server_factory):
     with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
         r.hset("h", "one-more", "v")
     assert r.ping() and r.hlen("h") == fields
-    assert r.hdel("h", "f0") == 1 and r.hset("h", "one-more", "v") == 1  # no table to double now
+    assert r.hdel("h", "f0") == 1
+    # two new fields in one command: the second would double the table
+    with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+        r.hset("h", mapping={"two": "v", "three": "v"})
+    assert r.hset("h", "one-more", "v") == 1  # one field: no table to double
     s.restart("kill")
     r = s.client()
     assert r.hlen("h") == fields and r.hget("h", "one-more") == b"v" and r.strlen("big") == length
+
+
+def test_values_built_from_keys_a_command_reads_are_checked_for_room(server_factory):
+    """SUNIONSTORE, ZUNIONSTORE, ZRANGESTORE, SORT (a write command: its sort
+    vector comes from the durable heap even without STORE) and COPY build a
+    value as large as the keys they read, from arguments of a few bytes. On a
+    nearly full heap they made Redis abort (SORT s ALPHA LIMIT 0 10 of a
+    200 000-member set, with 8 MB free). Now the keys they read are sized as
+    MEMORY USAGE sizes them before they run, and they are refused with OOM;
+    a small one still runs, and everything survives kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    for lo in range(0, 200_000, 5000):
+        r.sadd("s", *[f"member:{i}" for i in range(lo, lo + 5000)])
+        r.zadd("z", {f"m{i}": i for i in range(lo, lo + 5000)})
+    r.rpush("small", *[f"e{i}" for i in range(1000)])
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = cap - used - (8 << 20)
+    assert r.setrange("big", length - 1, "x") == length  # 8 MB left
+    for cmd in (["SUNIONSTORE", "d", "s"], ["SORT", "s", "ALPHA", "LIMIT", 0, 10],
+                ["SORT", "s", "ALPHA", "STORE", "d"], ["ZUNIONSTORE", "d", 1, "s"], ["COPY", "s", "d"],
+                ["ZRANGESTORE", "d", "z", 0, -1], ["COPY", "z", "d"], ["SINTERSTORE", "d", "s", "s"]):
+        with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+            r.execute_command(*cmd)
+        assert r.ping(), cmd
+    assert r.exists("d") == 0
+    assert r.sort("small", start=0, num=2, alpha=True) == [b"e0", b"e1"]
+    assert r.sort("small", alpha=True, store="d") == 1000
+    s.restart("kill")
+    r = s.client()
+    assert r.scard("s") == 200_000 and r.zcard("z") == 200_000 and r.llen("d") == 1000 and r.strlen("big") == length
 
 
 def test_a_crash_report_skips_the_memory_test(srv):
