@@ -62,6 +62,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <glob.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <time.h>
@@ -1033,10 +1034,13 @@ static robj *peek_string(client *c, robj *key, int *other)
     return NULL;
 }
 
-/* What making the string o (NULL: a new one) target bytes long allocates. */
+/* What making the string o (NULL: a new one) target bytes long allocates.
+ * (The callers leave out what Redis refuses by itself, as Redis checks it:
+ * SETRANGE and APPEND their result's length, SETBIT and BITFIELD each
+ * offset, which lets a BITFIELD reach up to 8 bytes past
+ * proto-max-bulk-len.) */
 static uint64_t string_allocation(robj *o, uint64_t target)
 {
-    if (target > (uint64_t)server.proto_max_bulk_len) return 0; /* Redis refuses it */
     if (!o) return target;                            /* sdsnewlen: exact */
     if (target <= stringObjectLen(o)) return 0;
     if (o->encoding == OBJ_ENCODING_RAW && o->refcount == 1 && sdsalloc(o->ptr) >= target) return 0;
@@ -1073,9 +1077,10 @@ static uint64_t bitfield_length(robj **argv, int argc)
         int scaled = off[0] == '#';
         if (!string2ll(off + scaled, strlen(off + scaled), &offset) || offset < 0) return 0;
         if (scaled) {
-            if ((unsigned long long)offset > UINT64_MAX / 64) return 0;
+            if (offset > LLONG_MAX / 64) return 0;
             offset *= bits;
         }
+        if ((offset >> 3) >= server.proto_max_bulk_len) return 0; /* Redis refuses it */
         if (set || incr) {
             if (j + 3 >= argc) return 0;
             writes = 1;
@@ -1097,17 +1102,19 @@ static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, 
     if (!cmd) return 0;
     if (cmd->proc == appendCommand && argc == 3 && sdsEncodedObject(argv[2])) {
         robj *o = peek_string(c, argv[1], &other);
-        return o ? string_allocation(o, stringObjectLen(o) + sdslen(argv[2]->ptr)) : 0;
+        uint64_t target = o ? stringObjectLen(o) + sdslen(argv[2]->ptr) : 0;
+        return o && target <= (uint64_t)server.proto_max_bulk_len ? string_allocation(o, target) : 0;
     }
     if (cmd->proc == setrangeCommand && argc == 4 && sdsEncodedObject(argv[3])) {
         if (!arg_ll(argv[2], &v) || v < 0 || sdslen(argv[3]->ptr) == 0) return 0;
+        if ((uint64_t)v + sdslen(argv[3]->ptr) > (uint64_t)server.proto_max_bulk_len) return 0; /* refused */
         robj *o = peek_string(c, argv[1], &other);
         return other ? 0 : string_allocation(o, (uint64_t)v + sdslen(argv[3]->ptr));
     }
     if ((cmd->proc == setbitCommand && argc == 4) || cmd->proc == bitfieldCommand) {
         uint64_t len;
         if (cmd->proc == setbitCommand) {
-            if (!arg_ll(argv[2], &v) || v < 0) return 0;
+            if (!arg_ll(argv[2], &v) || v < 0 || (v >> 3) >= server.proto_max_bulk_len) return 0; /* refused */
             len = ((uint64_t)v >> 3) + 1;
         } else {
             len = bitfield_length(argv, argc);
@@ -1175,16 +1182,13 @@ static uint64_t keys_added_at_most(struct redisCommand *cmd, int argc)
 }
 
 /* The dict of the hash, set or sorted set at key, looked up with no side
- * effect; NULL if it has none. *args_per_entry: the arguments a command
- * needs to add one entry (a field and its value, a score and its member, a
- * set's member). */
-static dict *value_dict(client *c, robj *key, int *args_per_entry)
+ * effect; NULL if it has none (missing, or a listpack or intset). */
+static dict *value_dict(client *c, robj *key)
 {
     if (!key || !sdsEncodedObject(key)) return NULL;
     dictEntry *de = dictFind(c->db->dict, key->ptr);
     if (!de) return NULL;
     robj *o = dictGetVal(de);
-    *args_per_entry = o->type == OBJ_SET ? 1 : 2;
     if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) return o->ptr;
     if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) return ((zset *)o->ptr)->dict;
     return NULL;
@@ -1209,12 +1213,15 @@ static void growth_add(growth *g, uint64_t n)
  * RO) and store it under another key: it can be as large as those keys
  * together, from arguments of a few bytes. Estimated before they run: the
  * sources' sizes as MEMORY USAGE estimates them (objectComputeSize, 5
- * samples), and, in one piece, a dict table for as many elements as they
- * hold (the destination's, when it is a hash table). Also for SORT with no
- * STORE: it is a write command, so its sort vector and the objects it makes
- * come from the durable heap too (a SORT ... LIMIT 0 10 of a 200 000-member
- * set made Redis abort on a nearly full heap). Strings are left to
- * string_growth. */
+ * samples; an intersection its smallest source, a difference its first),
+ * and, in one piece, a dict table for as many elements as they hold (the
+ * destination's, when it is a hash table; ZUNIONSTORE's accumulator too).
+ * Also SORT with no STORE: it is a write command, so its sort vector (16
+ * bytes an element, one piece) and the objects it makes come from the
+ * durable heap too (a SORT ... LIMIT 0 10 of a 200 000-member set made
+ * Redis abort on a nearly full heap). GEORADIUS without STORE is counted
+ * the same way (conservative: it may return the whole set). Strings are
+ * left to string_growth. */
 size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
 
 static uint64_t elements_of(robj *o)
@@ -1228,34 +1235,99 @@ static uint64_t elements_of(robj *o)
     }
 }
 
+static uint64_t table_for(uint64_t entries)
+{
+    uint64_t buckets = 4;
+    while (buckets < entries) buckets <<= 1;
+    return buckets * sizeof(dictEntry *);
+}
+
 static void source_growth(client *c, struct redisCommand *cmd, robj **argv, int argc, growth *g)
 {
     int reads = 0;
     for (int i = 0; i < cmd->key_specs_num; i++)
         if (cmd->key_specs[i].flags & CMD_KEY_RO) reads = 1;
     if (!reads) return; /* (HSET, SET, LPUSH, ...: one look at their specs) */
+    /* An intersection is no larger than its smallest source (a missing one:
+     * empty), a difference than its first; other results than all of them. */
+    int smallest = cmd->proc == sinterstoreCommand || cmd->proc == zinterstoreCommand;
+    int first = cmd->proc == sdiffstoreCommand || cmd->proc == zdiffstoreCommand;
     getKeysResult keys = GETKEYS_RESULT_INIT;
     int n = getKeysFromCommandWithSpecs(cmd, argv, argc, GET_KEYSPEC_DEFAULT, &keys);
     uint64_t bytes = 0, elements = 0;
+    int sources = 0;
     for (int i = 0; i < n; i++) {
         if (!(keys.keys[i].flags & CMD_KEY_RO) || keys.keys[i].pos >= argc) continue;
         robj *key = argv[keys.keys[i].pos];
         if (!sdsEncodedObject(key)) continue;
+        if (first && sources) break;
         dictEntry *de = dictFind(c->db->dict, key->ptr);
-        if (!de) continue;
-        robj *o = dictGetVal(de);
-        if (o->type == OBJ_STRING) continue;
-        bytes += objectComputeSize(key, o, 5, c->db->id);
-        elements += elements_of(o);
+        robj *o = de ? dictGetVal(de) : NULL;
+        uint64_t b = 0, e = 0;
+        if (o && o->type != OBJ_STRING) {
+            b = objectComputeSize(key, o, 5, c->db->id);
+            e = elements_of(o);
+        }
+        if (smallest && sources && b >= bytes) {
+            sources++;
+            continue;
+        }
+        bytes = smallest ? b : bytes + b;
+        elements = smallest ? e : elements + e;
+        sources++;
     }
     getKeysFreeResult(&keys);
     g->bytes += bytes;
-    if (elements >= 128) { /* below, a listpack or intset */
-        uint64_t buckets = 1;
-        while (buckets < elements) buckets <<= 1;
-        growth_add(g, buckets * sizeof(dictEntry *));
+    if (cmd->proc == sortCommand) {
+        growth_add(g, elements * 16); /* its vector: one redisSortObject per element, in one piece */
+    } else if (elements >= 128) {  /* below, a listpack or intset */
+        growth_add(g, table_for(elements));
+        if (cmd->proc == zunionstoreCommand) growth_add(g, table_for(elements)); /* its accumulator too */
     }
 }
+
+/* The dicts a command (an EXEC: all it queued) adds to, each with the
+ * entries it may add in all, so that each table is counted once. */
+#define DICTS_NOTED 16
+typedef struct dicts_noted {
+    dict *d[DICTS_NOTED];
+    uint64_t adds[DICTS_NOTED];
+    int n;
+} dicts_noted;
+
+static void dict_note(dicts_noted *dn, growth *g, dict *d, uint64_t adds)
+{
+    for (int i = 0; i < dn->n; i++)
+        if (dn->d[i] == d) {
+            dn->adds[i] += adds;
+            return;
+        }
+    if (dn->n < DICTS_NOTED) {
+        dn->d[dn->n] = d;
+        dn->adds[dn->n++] = adds;
+    } else {
+        growth_add(g, next_table(d, adds)); /* many dicts: each on its own */
+    }
+}
+
+/* The arguments a command of these categories needs to add one entry to the
+ * value at its first argument: a set's member; a field and its value, a
+ * score and its member; a longitude, a latitude and a member. 0: another
+ * kind of command. */
+static int args_per_entry(struct redisCommand *cmd)
+{
+    if (cmd->acl_categories & ACL_CATEGORY_GEO) return 3;
+    if (cmd->acl_categories & ACL_CATEGORY_SET) return 1;
+    if (cmd->acl_categories & (ACL_CATEGORY_HASH | ACL_CATEGORY_SORTEDSET)) return 2;
+    return 0;
+}
+
+/* What each entry a command adds costs beyond its bytes, at most: a
+ * dictEntry (32 bytes as the heap rounds it), an sds header and the
+ * rounding of one or two small objects, or a skiplist node. Counted per
+ * argument: HSET h with 300 000 one-byte fields and values made Redis
+ * abort with 12 MB free, its arguments being 2 MB. */
+#define ARGUMENT_OVERHEAD 64
 
 /* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
  * queued) cannot run now, as an error reply, or NULL if it may. c runs the
@@ -1267,28 +1339,35 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     mango_heap_room(&allocated, &capacity);
     if (!capacity) return NULL;
     growth g = {0};
-    uint64_t keys = 0; /* at most as many new keys as arguments */
-    /* The value at the first argument is looked up for every command: one
-     * dictFind, whose bucket the command's own lookup then finds in the
-     * cache. (A filter on the heap's room, such as "a table as large as the
-     * bytes in use would fit", would cost more on a fragmented heap: asking
-     * whether a piece fits may walk the free list.) */
-    for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
+    dicts_noted dn = {.n = 0};
+    uint64_t keys = 0, argcs = 0; /* at most as many new keys as arguments */
+    for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
         struct redisCommand *cmd = m ? m->cmd : c->cmd;
+        if (!cmd || !(cmd->flags & CMD_DENYOOM)) continue; /* (queued reads, DEL, ...) */
         robj **argv = m ? m->argv : c->argv;
         int argc = m ? m->argc : c->argc;
+        argcs += (uint64_t)argc;
         growth_add(&g, string_growth(c, cmd, argv, argc));
-        if (cmd) source_growth(c, cmd, argv, argc, &g);
-        int per = 1;
-        dict *vd = argc >= 3 ? value_dict(c, argv[1], &per) : NULL;
-        if (vd) growth_add(&g, next_table(vd, (uint64_t)(argc - 2) / per));
+        source_growth(c, cmd, argv, argc, &g);
+        /* The value at the first argument, for hash, set, sorted set and geo
+         * commands: one dictFind, whose bucket the command's own lookup then
+         * finds in the cache. A new or small value that the command makes
+         * a hash table is counted that table. */
+        int per = argc >= 3 ? args_per_entry(cmd) : 0;
+        if (per) {
+            uint64_t adds = (uint64_t)(argc - 2) / (uint64_t)per;
+            dict *vd = value_dict(c, argv[1]);
+            if (vd) dict_note(&dn, &g, vd, adds);
+            else if (adds >= 128) growth_add(&g, table_for(adds));
+        }
         keys += keys_added_at_most(cmd, argc);
     }
+    for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
     growth_add(&g, next_table(c->db->dict, keys));
     growth_add(&g, next_table(c->db->expires, keys));
     uint64_t grown = g.bytes, grown_room = g.room, largest = g.largest;
-    uint64_t need = 2 * args + grown + heap_reserve(capacity);
+    uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + grown + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
         return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
                             "use; this command needs about %llu more, with a reserve): delete keys, set maxmemory "

@@ -1638,6 +1638,8 @@ def test_commands_that_grow_strings_are_checked_for_room(server_factory):
         r.setbit("b", 2_000_000_000, 1)
     with pytest.raises(ResponseError, match=full):
         r.execute_command("BITFIELD", "bf", "GET", "u8", 0, "SET", "u8", "#100000000", 1)
+    with pytest.raises(ResponseError, match=full):  # Redis limits the offset only: 512 MB + 8 bytes
+        r.execute_command("BITFIELD", "bf", "SET", "i64", 4294967290, 1)
     with pytest.raises(ResponseError, match="OOM Mangosteen: the pool's durable heap is full"):
         r.eval("return redis.call('setrange', KEYS[1], 200000000, 'x')", 1, "k")
     assert b"OOM Mangosteen" in r.eval("return redis.pcall('setbit', KEYS[1], 2000000000, 1)['err']", 1, "b")
@@ -1816,11 +1818,42 @@ def test_values_built_from_keys_a_command_reads_are_checked_for_room(server_fact
             r.execute_command(*cmd)
         assert r.ping(), cmd
     assert r.exists("d") == 0
+    # an intersection with a missing key is empty; reads queued in a
+    # transaction are not counted
+    assert r.sinterstore("d", ["s", "nosuch"]) == 0
+    with r.pipeline(transaction=True) as p:
+        assert p.set("x", 2).scard("s").sismember("s", "member:7").execute() == [True, 200_000, 1]
     assert r.sort("small", start=0, num=2, alpha=True) == [b"e0", b"e1"]
     assert r.sort("small", alpha=True, store="d") == 1000
     s.restart("kill")
     r = s.client()
     assert r.scard("s") == 200_000 and r.zcard("z") == 200_000 and r.llen("d") == 1000 and r.strlen("big") == length
+
+
+def test_many_small_entries_in_one_command_are_checked_for_room(server_factory):
+    """Each entry an HSET, SADD or ZADD adds costs a dictEntry and one or two
+    small objects beyond its bytes: one HSET of 300 000 one-byte fields and
+    values (2 MB of arguments) made Redis abort with 12 MB free. Now each
+    argument is counted 64 bytes more, and a new value made a hash table is
+    counted its table: they are refused with OOM, and a smaller one runs."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = cap - used - (12 << 20)
+    assert r.setrange("big", length - 1, "x") == length  # 12 MB left
+    many = range(300_000)
+    for make in (lambda: r.hset("h", mapping={str(i): "1" for i in many}),
+                 lambda: r.sadd("s", *[str(i) for i in many]),
+                 lambda: r.zadd("z", {str(i): i for i in many})):
+        with pytest.raises(ResponseError, match="^OOM Mangosteen: the pool's durable heap"):
+            make()
+        assert r.ping()
+    assert r.exists("h", "s", "z") == 0
+    assert r.hset("h", mapping={str(i): "1" for i in range(20_000)}) == 20_000
+    s.restart("kill")
+    r = s.client()
+    assert r.hlen("h") == 20_000 and r.strlen("big") == length
 
 
 def test_a_crash_report_skips_the_memory_test(srv):
