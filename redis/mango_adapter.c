@@ -1019,19 +1019,21 @@ static uint64_t big_arguments_room(client *c, int exec, uint64_t *largest)
  * refuse by itself (a bad offset, a wrong type, past proto-max-bulk-len) is
  * estimated at 0, so that it gets Redis's own error. */
 
-/* The string value at key, looked up with no side effect (no expiry, no
- * access time, no rehash step outside a write section): NULL when the key is
- * missing or holds another type (*other then set). */
+/* The value at key, looked up with no side effect (no expiry, no access
+ * time; no rehash step outside a write section, mangoDictMayRehash): NULL
+ * when the key is missing. */
+static robj *peek_value(client *c, robj *key)
+{
+    return key && sdsEncodedObject(key) ? dictFetchValue(c->db->dict, key->ptr) : NULL;
+}
+
+/* The string value at key: NULL when the key is missing or holds another
+ * type (*other then set). */
 static robj *peek_string(client *c, robj *key, int *other)
 {
-    *other = 0;
-    if (!key || !sdsEncodedObject(key)) return NULL;
-    dictEntry *de = dictFind(c->db->dict, key->ptr);
-    if (!de) return NULL;
-    robj *o = dictGetVal(de);
-    if (o->type == OBJ_STRING) return o;
-    *other = 1;
-    return NULL;
+    robj *o = peek_value(c, key);
+    *other = o && o->type != OBJ_STRING;
+    return *other ? NULL : o;
 }
 
 /* What making the string o (NULL: a new one) target bytes long allocates.
@@ -1107,9 +1109,10 @@ static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, 
     }
     if (cmd->proc == setrangeCommand && argc == 4 && sdsEncodedObject(argv[3])) {
         if (!arg_ll(argv[2], &v) || v < 0 || sdslen(argv[3]->ptr) == 0) return 0;
-        if ((uint64_t)v + sdslen(argv[3]->ptr) > (uint64_t)server.proto_max_bulk_len) return 0; /* refused */
+        uint64_t target = (uint64_t)v + sdslen(argv[3]->ptr);
+        if (target > (uint64_t)server.proto_max_bulk_len) return 0; /* refused */
         robj *o = peek_string(c, argv[1], &other);
-        return other ? 0 : string_allocation(o, (uint64_t)v + sdslen(argv[3]->ptr));
+        return other ? 0 : string_allocation(o, target);
     }
     if ((cmd->proc == setbitCommand && argc == 4) || cmd->proc == bitfieldCommand) {
         uint64_t len;
@@ -1181,14 +1184,12 @@ static uint64_t keys_added_at_most(struct redisCommand *cmd, int argc)
     return argc > 1 ? (uint64_t)argc - 1 : 0;
 }
 
-/* The dict of the hash, set or sorted set at key, looked up with no side
- * effect; NULL if it has none (missing, or a listpack or intset). */
+/* The dict of the hash, set or sorted set at key; NULL if it has none
+ * (missing, or a listpack or intset). */
 static dict *value_dict(client *c, robj *key)
 {
-    if (!key || !sdsEncodedObject(key)) return NULL;
-    dictEntry *de = dictFind(c->db->dict, key->ptr);
-    if (!de) return NULL;
-    robj *o = dictGetVal(de);
+    robj *o = peek_value(c, key);
+    if (!o) return NULL;
     if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) return o->ptr;
     if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) return ((zset *)o->ptr)->dict;
     return NULL;
@@ -1261,8 +1262,7 @@ static void source_growth(client *c, struct redisCommand *cmd, robj **argv, int 
         robj *key = argv[keys.keys[i].pos];
         if (!sdsEncodedObject(key)) continue;
         if (first && sources) break;
-        dictEntry *de = dictFind(c->db->dict, key->ptr);
-        robj *o = de ? dictGetVal(de) : NULL;
+        robj *o = peek_value(c, key);
         uint64_t b = 0, e = 0;
         if (o && o->type != OBJ_STRING) {
             b = objectComputeSize(key, o, 5, c->db->id);
@@ -1366,8 +1366,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
     growth_add(&g, next_table(c->db->dict, keys));
     growth_add(&g, next_table(c->db->expires, keys));
-    uint64_t grown = g.bytes, grown_room = g.room, largest = g.largest;
-    uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + grown + heap_reserve(capacity);
+    uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
         return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
                             "use; this command needs about %llu more, with a reserve): delete keys, set maxmemory "
@@ -1382,7 +1381,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
      * small objects are reclaimed first, in a write section of its own: it
      * changes only the allocator's metadata, which no reply depends on, so
      * reads need not wait for its batch. */
-    uint64_t room = big_arguments_room(c, exec, &largest) + grown_room;
+    uint64_t room = big_arguments_room(c, exec, &g.largest) + g.room;
     if (!room) return NULL;
     room += BIG_ARGUMENT;
     if (mango_heap_fits(room)) return NULL;
@@ -1396,7 +1395,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
                         "large values this command makes (%llu bytes, the largest %llu; %llu of %llu bytes in "
                         "use, the rest lies between live objects): delete keys, set maxmemory below the heap, "
                         "or start with a larger pool (mango-pool-size)",
-                        (unsigned long long)room, (unsigned long long)largest, (unsigned long long)allocated,
+                        (unsigned long long)room, (unsigned long long)g.largest, (unsigned long long)allocated,
                         (unsigned long long)capacity);
 }
 
