@@ -42,44 +42,73 @@ static int validate_visit(void *arg, const log_frame *f, const log_entry *e)
     return backend_check_frame(arg, f, e);
 }
 
-/* The heap root as it will be after replay: the mirror's bytes with every
- * pending block that overlaps the root applied to a private copy. */
-typedef struct root_preview {
+/* The heap as it will be after replay, seen without writing the pool: the
+ * root (the mirror's bytes with every pending block that overlaps it
+ * applied to a private copy) and, when the heap's metadata is to be walked
+ * before recovery writes anything (MANGO_CHECK_HEAP), the whole heap as a
+ * private copy-on-write mapping of its mirror with the pending log applied
+ * (only the pages the log touches take memory). */
+typedef struct heap_preview {
     const pool_region *heap;
     dheap_root root;
-} root_preview;
+    char *copy; /* NULL: the root only */
+} heap_preview;
+
+/* Apply [addr, addr+len) -- the bytes at src, or zeros if src is NULL --
+ * where it overlaps the heap (the copy) and its root. Entries were validated
+ * first, so a range that starts in the heap region ends in it. */
+static void preview_bytes(heap_preview *hp, uint64_t addr, uint64_t len, const char *src)
+{
+    uint64_t lo = hp->heap->vaddr, hi = lo + sizeof hp->root;
+    if (hp->copy && addr >= lo && addr - lo < hp->heap->size) {
+        uint64_t off = addr - lo, n = len < hp->heap->size - off ? len : hp->heap->size - off;
+        if (src)
+            memcpy(hp->copy + off, src, n);
+        else
+            memset(hp->copy + off, 0, n);
+    }
+    for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
+        ((char *)&hp->root)[x - lo] = src ? src[x - addr] : 0;
+}
 
 static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
 {
-    root_preview *rp = arg;
-    uint64_t lo = rp->heap->vaddr, hi = lo + sizeof rp->root;
+    heap_preview *hp = arg;
     for (uint32_t i = 0; i < f->n_entries; i++) {
-        uint64_t a = e[i].addr;
-        if (log_entry_is_data(&e[i])) { /* (validated; never over the root in practice) */
-            uint64_t da = log_entry_data_addr(&e[i]), db = da + log_entry_data_len(&e[i]);
-            const char *src = (const char *)&e[i + 1];
-            for (uint64_t x = da > lo ? da : lo; x < db && x < hi; x++)
-                ((char *)&rp->root)[x - lo] = src[x - da];
+        if (log_entry_is_data(&e[i])) {
+            preview_bytes(hp, log_entry_data_addr(&e[i]), log_entry_data_len(&e[i]), (const char *)&e[i + 1]);
             i += (uint32_t)log_entry_slots(&e[i]) - 1;
             continue;
         }
-        if (log_entry_is_zero(&e[i])) { /* (never over the root in practice) */
-            uint64_t za = a & ~LOG_ZERO_TAG, zb = za + log_entry_zero_len(&e[i]);
-            for (uint64_t x = za > lo ? za : lo; x < zb && x < hi; x++)
-                ((char *)&rp->root)[x - lo] = 0;
+        if (log_entry_is_zero(&e[i])) {
+            preview_bytes(hp, e[i].addr & ~LOG_ZERO_TAG, log_entry_zero_len(&e[i]), NULL);
             continue;
         }
-        if (a + LOG_BLOCK_SIZE <= lo || a >= hi)
-            continue;
-        for (unsigned b = 0; b < LOG_BLOCK_SIZE; b++)
-            if (a + b >= lo && a + b < hi)
-                ((char *)&rp->root)[a + b - lo] = (char)e[i].data[b];
+        /* Heap blocks are applied whole (backend_apply_frame). */
+        preview_bytes(hp, e[i].addr, LOG_BLOCK_SIZE, (const char *)e[i].data);
     }
     return MANGO_OK;
 }
 
-int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t *next_seq,
-                    uint64_t *generation)
+/* Walk the previewed heap's metadata (dheap_check says on stderr what is
+ * wrong). The copy is attached only for the walk. */
+static int walk_preview(const heap_preview *hp, uint64_t frames)
+{
+    int rc = dheap_attach(hp->copy, hp->heap->size, false, NULL);
+    if (rc == 0) {
+        rc = dheap_check();
+        dheap_detach();
+    }
+    if (rc != 0)
+        return mango_error(MANGO_EBADPOOL,
+                           "the durable heap's metadata is inconsistent (MANGO_CHECK_HEAP=1)%s: the reason "
+                           "is on the line above; refusing to recover, the pool is unchanged",
+                           frames ? " with the pending log applied" : "");
+    return MANGO_OK;
+}
+
+int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tail_lsn,
+                    uint64_t *next_seq, uint64_t *generation)
 {
     double t0 = now();
     replay_ctx c = {.p = p};
@@ -98,23 +127,37 @@ int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t 
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {
-        root_preview rp = {.heap = heap};
-        memcpy(&rp.root, p->base + heap->mirror_offset, sizeof rp.root);
-        big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &rp};
+        heap_preview hp = {.heap = heap};
+        memcpy(&hp.root, p->base + heap->mirror_offset, sizeof hp.root);
+        if (walk_heap) {
+            hp.copy = mmap(NULL, heap->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, p->fd,
+                           (off_t)heap->mirror_offset);
+            if (hp.copy == MAP_FAILED)
+                return mango_error(MANGO_ENOMEM, "cannot map a private copy of the durable heap to walk it "
+                                   "(MANGO_CHECK_HEAP=1): %s", strerror(errno));
+        }
+        big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &hp};
         rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                            p->head.generation, valid_end, big_batch_visit, &bigp, &res);
-        if (rc != MANGO_OK) /* (it can open and map the big-batch file) */
+        /* (The scan can fail: it opens and maps the big-batch file.) */
+        if (rc == MANGO_OK && hp.root.magic == DHEAP_MAGIC && hp.root.version != DHEAP_VERSION)
+            rc = mango_error(MANGO_EBADPOOL,
+                             "the durable heap in the pool has format version %llu, this build reads "
+                             "version %u only; refusing to recover (open it with the build that made it)",
+                             (unsigned long long)hp.root.version, (unsigned)DHEAP_VERSION);
+        if (rc == MANGO_OK && hp.root.magic != 0 && dheap_extent_of_root(&hp.root, heap->size) == 0)
+            rc = mango_error(MANGO_EBADPOOL,
+                             "the durable heap root in the pool is corrupt (magic %#llx, top %#llx); "
+                             "refusing to recover", (unsigned long long)hp.root.magic,
+                             (unsigned long long)hp.root.top);
+        if (rc == MANGO_OK && hp.copy && hp.root.magic != 0) {
+            rc = walk_preview(&hp, res.frames);
+            recovery_trace("replay: heap metadata walked on a private copy");
+        }
+        if (hp.copy)
+            munmap(hp.copy, heap->size);
+        if (rc != MANGO_OK)
             return rc;
-        if (rp.root.magic == DHEAP_MAGIC && rp.root.version != DHEAP_VERSION)
-            return mango_error(MANGO_EBADPOOL,
-                               "the durable heap in the pool has format version %llu, this build reads "
-                               "version %u only; refusing to recover (open it with the build that made it)",
-                               (unsigned long long)rp.root.version, (unsigned)DHEAP_VERSION);
-        if (rp.root.magic != 0 && dheap_extent_of_root(&rp.root, heap->size) == 0)
-            return mango_error(MANGO_EBADPOOL,
-                               "the durable heap root in the pool is corrupt (magic %#llx, top %#llx); "
-                               "refusing to recover", (unsigned long long)rp.root.magic,
-                               (unsigned long long)rp.root.top);
     }
     recovery_trace("replay: heap root previewed");
     rep->torn_tail = res.torn_tail;

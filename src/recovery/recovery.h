@@ -8,6 +8,7 @@
 #ifndef MANGO_RECOVERY_H
 #define MANGO_RECOVERY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "log/redo_log.h"
@@ -26,9 +27,16 @@ typedef struct recovery_report {
 } recovery_report;
 
 /* Replay committed frames from the head; persist a new head with generation+1.
- * On return the log is empty and new frames may start at tail_lsn. */
-int recovery_replay(pool *p, recovery_report *rep, uint64_t *tail_lsn, uint64_t *next_seq,
-                    uint64_t *generation);
+ * On return the log is empty and new frames may start at tail_lsn.
+ *
+ * Nothing is written until the log is validated and the heap's root, as the
+ * replay will leave it, is found well formed. With walk_heap
+ * (MANGO_CHECK_HEAP=1) the heap's whole metadata is walked (dheap_check) on
+ * a private copy-on-write copy of the mirror with the log applied, also
+ * before anything is written: an inconsistent heap is refused with
+ * MANGO_EBADPOOL and the pool left byte-for-byte as it was. */
+int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tail_lsn,
+                    uint64_t *next_seq, uint64_t *generation);
 
 /* Restore the heap mirror (up to the allocator's top) and the written
  * .data/.bss bytes at their original addresses.

@@ -210,6 +210,26 @@ def make_pending_pool(d, min_frames=3, attempts=15):
     pytest.fail("could not catch the worker with %d committed, unapplied frames" % min_frames)
 
 
+def make_pending_hashmap(d, attempts=15):
+    """The hash-map variant (allocations, frees, table growth on the durable
+    heap) SIGKILLed with committed frames the backend has not applied yet.
+    Returns (path, inspect --json output)."""
+    p = os.path.join(d, "hm")
+    for i in range(attempts):
+        if os.path.exists(p):
+            os.unlink(p)
+        w = subprocess.Popen([KVSTORE, "hashmap", "--pool", p, "--mode", "emulated", "--pool-size", POOL_SIZE,
+                              "--log-size", LOG_SIZE, "--ops", "50000000"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.4 + 0.05 * (i % 5))
+        w.send_signal(signal.SIGKILL)
+        w.wait()
+        info = inspect_json(p)
+        if not info["log"]["corrupt"] and info["log"]["committed_frames"] >= 1:
+            return p, info
+    pytest.fail("could not catch the hash map with committed, unapplied frames")
+
+
 # ---- good pools ----
 def test_good_pool_check_inspect_and_recover(workdir):
     p = make_pool(workdir)
@@ -536,26 +556,25 @@ def test_corrupt_heap_root(workdir):
     assert_refused(p, "heap root")
 
 
+def reopen_checking_heap(path):
+    """A real open that walks the heap's metadata (MANGO_CHECK_HEAP=1)."""
+    return subprocess.run([KVSTORE, "demo", "--pool", path, "--mode", "emulated"], capture_output=True,
+                          text=True, env=dict(os.environ, MANGO_CHECK_HEAP="1"), timeout=60)
+
+
 def test_inconsistent_heap_metadata(workdir):
     """A heap root whose in-use byte count is off by 16: the root check that
     recovery always runs accepts it. `mango check` walks the heap's metadata
     (on a private copy) and refuses the pool naming what is wrong;
     --no-heap-walk skips the walk; recovery with MANGO_CHECK_HEAP=1 refuses
-    it too. The checker leaves the file unchanged; the start leaves its
-    contents so (it has replayed the log and bumped the head slots'
-    generation, as every start does, before the heap can be walked)."""
-
-    def contents():
-        with open(p, "rb") as f:
-            b = f.read()
-        return hashlib.sha256(b[:4096] + b[8192:]).hexdigest()
-
+    it too, before writing anything: both leave the file byte-for-byte
+    unchanged (no replay, no new head generation)."""
     p = make_pool(workdir)
     heap = [r for r in inspect_json(p)["regions"] if r["kind"] == "heap"][0]
     at = heap["mirror_offset"] + 32  # dheap_root.allocated
     (allocated,) = struct.unpack("<Q", read_at(p, at, 8))
     write_at(p, at, struct.pack("<Q", allocated + 16))
-    before, before_contents = sha256(p), contents()
+    before = sha256(p)
     c = check(p)
     assert c.returncode == 1, (c.stdout, c.stderr)
     assert "dheap_check: root.allocated wrong" in c.stderr, c.stderr
@@ -563,10 +582,58 @@ def test_inconsistent_heap_metadata(workdir):
     q = run(MANGO, "check", "--no-heap-walk", p)
     assert q.returncode == 0 and ": ok (" in q.stdout, (q.stdout, q.stderr)
     assert sha256(p) == before
-    k = subprocess.run([KVSTORE, "demo", "--pool", p, "--mode", "emulated"], capture_output=True, text=True,
-                       env=dict(os.environ, MANGO_CHECK_HEAP="1"), timeout=60)
-    assert k.returncode == 2 and "metadata is inconsistent (MANGO_CHECK_HEAP=1)" in k.stderr, k.stderr
-    assert contents() == before_contents
+    k = reopen_checking_heap(p)
+    assert k.returncode == 2, (k.stdout, k.stderr)
+    assert sha256(p) == before, "refusing the pool modified it"
+    assert "dheap_check: root.allocated wrong" in k.stderr, k.stderr
+    assert "metadata is inconsistent (MANGO_CHECK_HEAP=1)" in k.stderr, k.stderr
+    assert "the pool is unchanged" in k.stderr, k.stderr
+
+
+def test_inconsistent_heap_metadata_in_the_pending_log(workdir):
+    """The same inconsistency arriving through a committed, unapplied frame
+    (its checksums recomputed, as a buggy writer would leave it): the mirror
+    is consistent, the heap as the replay would leave it is not. `mango
+    check` and a start with MANGO_CHECK_HEAP=1 both refuse it and leave the
+    file unchanged, so the frame was neither applied nor discarded. (A
+    checker that walked the mirror before the replay would pass the pool; a
+    start that walked it after the replay would have written the pool.)"""
+    for _ in range(5):
+        p, info = make_pending_hashmap(workdir)
+        heap = [r for r in info["regions"] if r["kind"] == "heap"][0]
+        block = heap["vaddr"] + 32  # the root's second block: dheap_root.allocated first
+        hits = []
+        for f in info["log"]["frames"]:
+            assert not f.get("big_batch"), f
+            n = struct.unpack("<I", read_at(p, f["offset"] + 32, 4))[0]
+            for i in range(n):
+                at = f["offset"] + FRAME_HEADER + i * ENTRY_SIZE
+                if struct.unpack("<Q", read_at(p, at, 8))[0] == block:
+                    hits.append((f, n, at))
+        if hits:
+            break
+    else:
+        pytest.fail("no pending frame wrote the heap root's second block")
+    f, n, at = hits[-1]  # the last write of the block wins the replay
+    (allocated,) = struct.unpack("<Q", read_at(p, at + 16, 8))
+    write_at(p, at + 16, struct.pack("<Q", allocated + 16))
+    hdr = bytearray(read_at(p, f["offset"], FRAME_HEADER))
+    struct.pack_into("<I", hdr, 36, crc32c(read_at(p, f["offset"] + FRAME_HEADER, n * ENTRY_SIZE)))
+    struct.pack_into("<I", hdr, 60, crc32c(bytes(hdr[:60])))
+    write_at(p, f["offset"], bytes(hdr))
+    before = sha256(p)
+    q = run(MANGO, "check", "--no-heap-walk", p)
+    assert q.returncode == 0 and "pending replay" in q.stdout, (q.stdout, q.stderr)
+    c = check(p)
+    assert c.returncode == 1, (c.stdout, c.stderr)
+    assert "dheap_check: root.allocated wrong" in c.stderr, c.stderr
+    assert "inconsistent after replaying the pending log" in c.stderr, c.stderr
+    k = reopen_checking_heap(p)
+    assert k.returncode == 2, (k.stdout, k.stderr)
+    assert sha256(p) == before, "refusing the pool modified it"
+    assert "dheap_check: root.allocated wrong" in k.stderr, k.stderr
+    assert "metadata is inconsistent (MANGO_CHECK_HEAP=1) with the pending log applied" in k.stderr, k.stderr
+    assert inspect_json(p)["log"]["committed_frames"] == len(info["log"]["frames"])
 
 
 def test_heap_walk_replays_the_pending_log(workdir):
@@ -574,20 +641,7 @@ def test_heap_walk_replays_the_pending_log(workdir):
     variant (allocations, frees, table growth) SIGKILLed with committed
     frames not yet applied; the check replays them onto its copy (whose root
     must then equal the separately replayed root) and finds it consistent."""
-    p = os.path.join(workdir, "hm")
-    for i in range(15):
-        if os.path.exists(p):
-            os.unlink(p)
-        w = subprocess.Popen([KVSTORE, "hashmap", "--pool", p, "--mode", "emulated", "--pool-size", POOL_SIZE,
-                              "--log-size", LOG_SIZE, "--ops", "50000000"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.4 + 0.05 * (i % 5))
-        w.send_signal(signal.SIGKILL)
-        w.wait()
-        if inspect_json(p)["log"]["committed_frames"] >= 1:
-            break
-    else:
-        pytest.fail("could not catch the hash map with committed, unapplied frames")
+    p, _ = make_pending_hashmap(workdir)
     before = sha256(p)
     c = check(p)
     assert c.returncode == 0, (c.stdout, c.stderr)
