@@ -1174,13 +1174,23 @@ static uint64_t next_table(dict *d, uint64_t adds)
     return bytes;
 }
 
-/* How many keys a command may add: one for a command with one key (SET,
- * HSET, ...), at most one per argument otherwise. */
+/* How many keys a command may add: for a command whose key specs name one
+ * key each (SET, HSET, COPY, SMOVE, RENAME, ...), those that insert,
+ * overwrite or update (at least one); at most one per argument otherwise
+ * (MSET, SUNIONSTORE's sources, EVAL, commands without key specs). */
 static uint64_t keys_added_at_most(struct redisCommand *cmd, int argc)
 {
-    if (cmd && cmd->key_specs_num == 1 && cmd->key_specs[0].find_keys_type == KSPEC_FK_RANGE &&
-        cmd->key_specs[0].fk.range.lastkey == 0)
-        return 1;
+    uint64_t n = 0;
+    for (int i = 0; cmd && i < cmd->key_specs_num; i++) {
+        keySpec *ks = &cmd->key_specs[i];
+        if (ks->find_keys_type != KSPEC_FK_RANGE || ks->fk.range.lastkey != 0) {
+            n = 0;
+            break;
+        }
+        if (ks->flags & (CMD_KEY_INSERT | CMD_KEY_OW | CMD_KEY_UPDATE)) n++;
+        else if (!n && i == cmd->key_specs_num - 1) n = 1;
+    }
+    if (n) return n;
     return argc > 1 ? (uint64_t)argc - 1 : 0;
 }
 
@@ -1329,6 +1339,99 @@ static int args_per_entry(struct redisCommand *cmd)
  * abort with 12 MB free, its arguments being 2 MB. */
 #define ARGUMENT_OVERHEAD 64
 
+/* ---- other keys' dicts, other databases, DEBUG POPULATE ------------------- *
+ * Most commands add to the value at their first key and to their own
+ * database. SMOVE adds its member to the set at its second key; MOVE and
+ * COPY ... DB add a key to another database's keyspace; a SELECT queued in
+ * MULTI makes the commands after it run in another database; DEBUG
+ * POPULATE n (no CMD_DENYOOM: DEBUG is an admin command) expands the
+ * keyspace's table to n buckets at once and adds up to n keys (a POPULATE
+ * of 10 million keys asks for a 128 MB table first). Each is counted where
+ * it adds. */
+
+/* The database a DB argument names, as Redis parses it; NULL if it names
+ * none (Redis then refuses the command by itself). */
+static redisDb *db_named(robj *arg)
+{
+    long long id;
+    if (!arg_ll(arg, &id) || id < 0 || id >= server.dbnum) return NULL;
+    return &server.db[id];
+}
+
+/* The other database a MOVE or COPY ... DB adds its key to; NULL for the
+ * client's own, and for other commands. */
+static redisDb *target_db(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    redisDb *db = NULL;
+    if (cmd->proc == moveCommand && argc == 3) db = db_named(argv[2]);
+    if (cmd->proc == copyCommand)
+        for (int j = 3; j + 1 < argc; j++)
+            if (sdsEncodedObject(argv[j]) && !strcasecmp(argv[j]->ptr, "db")) db = db_named(argv[++j]);
+    return db == c->db ? NULL : db;
+}
+
+/* Can the command give a key a TTL (an entry in the expires dict)? SET
+ * and its variants, GETEX, the EXPIRE family, RESTORE, and the commands
+ * that carry a key's TTL to another key: COPY, RENAME, MOVE. */
+static int may_set_ttl(struct redisCommand *cmd)
+{
+    void (*p)(client *) = cmd->proc;
+    return p == setCommand || p == setexCommand || p == psetexCommand || p == getexCommand ||
+           p == expireCommand || p == pexpireCommand || p == expireatCommand || p == pexpireatCommand ||
+           p == restoreCommand || p == copyCommand || p == renameCommand || p == renamenxCommand ||
+           p == moveCommand;
+}
+
+static int is_populate(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd->proc == debugCommand && argc >= 3 && argc <= 5 && sdsEncodedObject(argv[1]) &&
+           !strcasecmp(argv[1]->ptr, "populate");
+}
+
+/* Does a command (run now or queued) make memory the heap check counts? */
+static int may_grow(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && ((cmd->flags & CMD_DENYOOM) || is_populate(cmd, argv, argc));
+}
+
+/* A write command without CMD_DENYOOM (Redis lets it run past maxmemory:
+ * it adds little) that still adds an entry to a dict, which may double
+ * its table: SMOVE (into the set at its second key), MOVE, RENAME, the
+ * EXPIRE family, GETEX ... EX, XCLAIM and the like, by their key specs
+ * (insert, overwrite, update). PERSIST only removes one. Such a command is
+ * refused only for a table that has no room. */
+static int may_add_entries(struct redisCommand *cmd)
+{
+    if (!cmd || !(cmd->flags & CMD_WRITE) || cmd->proc == persistCommand) return 0;
+    for (int i = 0; i < cmd->key_specs_num; i++)
+        if (cmd->key_specs[i].flags & (CMD_KEY_INSERT | CMD_KEY_OW | CMD_KEY_UPDATE)) return 1;
+    return 0;
+}
+
+/* DEBUG POPULATE count [prefix] [size] makes "prefix:N" keys with
+ * "value:N" values (or values of size bytes): into g their bytes (a
+ * dictEntry, the key's sds, the value's object, as the heap rounds them;
+ * values of up to 44 bytes are embedded in theirs, as object.c does)
+ * and, in one piece, the keyspace table for all of them (dictExpand first,
+ * or the doubling its inserts reach). A count Redis refuses is 0. */
+static void populate_growth(client *c, robj **argv, int argc, uint64_t capacity, growth *g)
+{
+    long long count, size = 0;
+    if (!arg_ll(argv[2], &count) || count <= 0) return;
+    if (argc == 5 && (!arg_ll(argv[4], &size) || size < 0)) size = 0; /* refused after the expansion */
+    uint64_t n = (uint64_t)count > capacity ? capacity : (uint64_t)count, digits = 1;
+    for (uint64_t x = n - 1; x >= 10; x /= 10) digits++;
+    uint64_t key = (argc >= 4 && sdsEncodedObject(argv[3]) ? sdslen(argv[3]->ptr) : 3) + 1 + digits;
+    uint64_t value = size ? (uint64_t)size : 6 + digits;
+    uint64_t per_key = 32 + ((key + 2 + 15) & ~15ull) +
+                       (value <= 44 ?  (value + 20 + 15) & ~15ull
+                                                                : 16 + ((value + 10 + 15) & ~15ull));
+    g->bytes += n > capacity / per_key ? capacity + 1 : n * per_key; /* (more than the heap: refused) */
+    uint64_t all = dictSize(c->db->dict) + n;
+    if (all > DICTHT_SIZE(c->db->dict->ht_size_exp[0])) growth_add(g, table_for(all));
+}
+
+
 /* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
  * queued) cannot run now, as an error reply, or NULL if it may. c runs the
  * command (a script's client for a command a script calls); args: the bytes
@@ -1340,32 +1443,55 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     if (!capacity) return NULL;
     growth g = {0};
     dicts_noted dn = {.n = 0};
-    uint64_t keys = 0, argcs = 0; /* at most as many new keys as arguments */
+    uint64_t argcs = 0;
+    int grows = 0; /* one command may grow memory (else only a table is refused) */
+    /* Queued commands after a SELECT run in its database: the estimates
+     * below look keys up in c->db, which follows them here and is put back
+     * after the loop. */
+    redisDb *home = c->db;
     for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
         struct redisCommand *cmd = m ? m->cmd : c->cmd;
-        if (!cmd || !(cmd->flags & CMD_DENYOOM)) continue; /* (queued reads, DEL, ...) */
         robj **argv = m ? m->argv : c->argv;
         int argc = m ? m->argc : c->argc;
-        argcs += (uint64_t)argc;
-        growth_add(&g, string_growth(c, cmd, argv, argc));
-        source_growth(c, cmd, argv, argc, &g);
+        if (m && cmd && cmd->proc == selectCommand && argc == 2 && db_named(argv[1])) c->db = db_named(argv[1]);
+        if (may_grow(cmd, argv, argc)) {
+            grows = 1;
+            argcs += (uint64_t)argc;
+            growth_add(&g, string_growth(c, cmd, argv, argc));
+            source_growth(c, cmd, argv, argc, &g);
+        } else if (!may_add_entries(cmd)) {
+            continue; /* (queued reads, DEL, ...) */
+        }
         /* The value at the first argument, for hash, set, sorted set and geo
-         * commands: one dictFind, whose bucket the command's own lookup then
-         * finds in the cache. A new or small value that the command makes
-         * a hash table is counted that table. */
+         * commands (SMOVE: at the second): one dictFind, whose bucket the
+         * command's own lookup then finds in the cache. A new or small value
+         * that the command makes a hash table is counted that table. */
         int per = argc >= 3 ? args_per_entry(cmd) : 0;
-        if (per) {
+        if (cmd->proc == smoveCommand) {
+            dict *vd = argc == 4 ? value_dict(c, argv[2]) : NULL;
+            if (vd) dict_note(&dn, &g, vd, 1);
+        } else if (per) {
             uint64_t adds = (uint64_t)(argc - 2) / (uint64_t)per;
             dict *vd = value_dict(c, argv[1]);
             if (vd) dict_note(&dn, &g, vd, adds);
             else if (adds >= 128) growth_add(&g, table_for(adds));
         }
-        keys += keys_added_at_most(cmd, argc);
+        /* The keyspace and expires it adds keys to (expires: only commands
+         * that can set a TTL); MOVE and COPY ... DB add them to another
+         * database. */
+        uint64_t keys = keys_added_at_most(cmd, argc);
+        if (is_populate(cmd, argv, argc)) {
+            populate_growth(c, argv, argc, capacity, &g);
+            keys = 0; /* its table is counted there */
+        }
+        redisDb *to = target_db(c, cmd, argv, argc);
+        dict_note(&dn, &g, to ? to->dict : c->db->dict, keys);
+        if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys);
     }
+    c->db = home;
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
-    growth_add(&g, next_table(c->db->dict, keys));
-    growth_add(&g, next_table(c->db->expires, keys));
+    if (!grows && !g.bytes) return NULL;
     uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
         return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
@@ -1416,11 +1542,18 @@ int mangoRefuseCommand(client *c)
      * EXEC by what it queued) is refused with an OOM error while the heap's
      * room is short of twice its arguments, the strings it grows, the
      * tables its dicts double into, the keys it builds a value from and a
-     * reserve (heap_refusal). What is not estimated (another key's dict, a
-     * MOVE into another db) can still reach the abort; maxmemory below the
-     * heap's capacity makes it rarer. */
+     * reserve (heap_refusal); DEBUG POPULATE by the keys it makes; a write
+     * command that only adds entries (SMOVE, MOVE, EXPIRE, ...) when a
+     * table it may double has no room. What is
+     * not estimated (a module's allocations) can still reach the abort;
+     * maxmemory below the heap's capacity makes it rarer. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
-    if ((c->cmd->flags & CMD_DENYOOM) || (exec && (c->mstate.cmd_flags & CMD_DENYOOM))) {
+    int check = may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd);
+    for (int k = 0; exec && !check && k < c->mstate.count; k++) {
+        multiCmd *m = &c->mstate.commands[k];
+        check = may_grow(m->cmd, m->argv, m->argc) || may_add_entries(m->cmd);
+    }
+    if (check) {
         sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));
         if (why) {
             rejectCommandFormat(c, "%s", why);
@@ -1456,7 +1589,7 @@ int mangoRefuseScriptCommand(client *c, sds *err)
     /* The same heap check for a command a script calls: Redis's own check
      * there (scriptVerifyOOM) runs only with maxmemory and only before the
      * script's first write. A script client's argv_len_sum is not kept. */
-    if (!mango_on || !(c->cmd->flags & CMD_DENYOOM)) return 0;
+    if (!mango_on || !(may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd))) return 0;
     uint64_t args = 0;
     for (int j = 0; j < c->argc; j++)
         if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);

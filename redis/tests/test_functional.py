@@ -1793,6 +1793,99 @@ def test_a_hash_that_would_double_past_the_heap_is_refused(server_factory):
     assert r.hlen("h") == fields and r.hget("h", "one-more") == b"v" and r.strlen("big") == length
 
 
+def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
+    """Tables a command doubles outside its own key and database: SMOVE adds
+    to the set at its second key, MOVE and COPY ... DB add a key to another
+    database, a SELECT queued in MULTI moves the commands after it there,
+    and DEBUG POPULATE n (not CMD_DENYOOM) first expands the keyspace to n
+    buckets (10 million keys: a 128 MB table, an abort on a 64 MiB pool).
+    With a set and database 1 each at as many entries as buckets and 1 MB
+    more free than the reserve, each is refused with OOM and the server
+    stays up; with one entry fewer each runs; every acknowledged write
+    survives kill -9."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    n = 1 << 17
+    for lo in range(0, n, 2000):
+        r.sadd("s", *[f"m{i}" for i in range(lo, min(lo + 2000, n))])
+    assert r.scard("s") == n and r.object("encoding", "s") == b"hashtable"
+    r.sadd("src", "a", "b", "c")
+    r.set("k", "v")
+    r.set("k2", "v")
+    one = s.client(db=1)
+    assert one.execute_command("DEBUG", "POPULATE", n) in (b"OK", "OK", True) and one.dbsize() == n
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = cap - used - max(cap // 32, 1 << 20) - (1 << 20)
+    assert r.setrange("big", length - 1, "x") == length  # leaves 1 MB more than the reserve
+    oom = "^OOM Mangosteen: the pool's durable heap"
+    with pytest.raises(ResponseError, match=oom):
+        r.smove("src", "s", "a")  # the set's 131 073rd member: a 2 MB table
+    with pytest.raises(ResponseError, match=oom):
+        r.move("k", 1)  # database 1's 131 073rd key
+    with pytest.raises(ResponseError, match=oom):
+        r.copy("k", "k3", destination_db=1)
+    m = r.pipeline(transaction=True)
+    m.execute_command("SELECT", 1)
+    m.set("x", "v")
+    with pytest.raises(ResponseError, match="^Transaction discarded because of: OOM Mangosteen: the pool.s durable heap"):
+        m.execute()
+    with pytest.raises(ResponseError, match=oom):
+        r.execute_command("DEBUG", "POPULATE", 10_000_000)
+    with pytest.raises(ResponseError, match=oom):
+        r.execute_command("DEBUG", "POPULATE", 1_000_000, "p", 100)  # keys of ~250 MB
+    assert r.ping() and r.scard("s") == n and one.dbsize() == n and r.get("k") == b"v"
+    # One entry fewer: nothing to double.
+    assert r.srem("s", "m0") == 1 and r.smove("src", "s", "a")
+    assert one.delete("key:0") == 1 and r.move("k", 1)
+    assert one.delete("key:1") == 1 and r.copy("k2", "k3", destination_db=1)
+    assert one.delete("key:2") == 1
+    m = r.pipeline(transaction=True)
+    m.execute_command("SELECT", 1)
+    m.set("x", "v")
+    m.execute_command("SELECT", 0)
+    assert m.execute() == [True, True, True]
+    assert r.execute_command("DEBUG", "POPULATE", 1000, "small") in (b"OK", "OK", True)
+    s.restart("kill")
+    r, one = s.client(), s.client(db=1)
+    assert r.scard("s") == n and r.sismember("s", "a") and not r.sismember("s", "m0")
+    assert r.smembers("src") == {b"b", b"c"} and r.exists("k") == 0 and r.get("k2") == b"v"
+    assert one.get("k") == b"v" and one.get("k3") == b"v" and one.get("x") == b"v" and one.dbsize() == n
+    assert r.get("small:999") == b"value:999" and r.strlen("big") == length
+
+
+def test_a_ttl_that_would_double_the_expires_table_is_refused(server_factory):
+    """EXPIRE and GETEX ... EX have no CMD_DENYOOM (Redis lets them run past
+    maxmemory), but a TTL is an entry in the database's expires dict: with
+    as many keys with a TTL as buckets and 1 MB more free than the reserve,
+    one more TTL asks for a 2 MB table. Refused with OOM, the server up;
+    PERSIST (which removes an entry) still runs, and makes room for it."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    n = 1 << 17
+    assert r.execute_command("DEBUG", "POPULATE", n) in (b"OK", "OK", True)
+    for lo in range(0, n, 5000):
+        p = r.pipeline(transaction=False)
+        for i in range(lo, min(lo + 5000, n)):
+            p.expire(f"key:{i}", 100_000)
+        assert all(p.execute())
+    r.set("plain", "v")
+    used = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    length = cap - used - max(cap // 32, 1 << 20) - (1 << 20)
+    assert r.setrange("big", length - 1, "x") == length  # leaves 1 MB more than the reserve
+    oom = "^OOM Mangosteen: the pool's durable heap"
+    with pytest.raises(ResponseError, match=oom):
+        r.expire("plain", 1000)
+    with pytest.raises(ResponseError, match=oom):
+        r.getex("plain", ex=1000)
+    assert r.ping() and r.ttl("plain") == -1 and r.ttl("key:0") > 0
+    assert r.persist("key:0") and r.expire("plain", 1000)
+    s.restart("kill")
+    r = s.client()
+    assert r.ttl("key:0") == -1 and 0 < r.ttl("plain") <= 1000 and r.ttl("key:1") > 0
+
+
 def test_values_built_from_keys_a_command_reads_are_checked_for_room(server_factory):
     """SUNIONSTORE, ZUNIONSTORE, ZRANGESTORE, SORT (a write command: its sort
     vector comes from the durable heap even without STORE) and COPY build a
