@@ -1394,18 +1394,30 @@ static int may_grow(struct redisCommand *cmd, robj **argv, int argc)
     return cmd && ((cmd->flags & CMD_DENYOOM) || is_populate(cmd, argv, argc));
 }
 
-/* A write command without CMD_DENYOOM (Redis lets it run past maxmemory:
- * it adds little) that still adds an entry to a dict, which may double
- * its table: SMOVE (into the set at its second key), MOVE, RENAME, the
- * EXPIRE family, GETEX ... EX, XCLAIM and the like, by their key specs
- * (insert, overwrite, update). PERSIST only removes one. Such a command is
- * refused only for a table that has no room. */
-static int may_add_entries(struct redisCommand *cmd)
+/* Write commands without CMD_DENYOOM (Redis lets them run past maxmemory:
+ * they add little) that still add an entry to a dict, which may double its
+ * table. Keys: SMOVE (and a member to the set at its second key), MOVE
+ * (into another database), RENAME and RENAMENX (the new name is added
+ * before the old one is deleted). TTLs, in the expires dict: the EXPIRE
+ * family, GETEX with EX, PX, EXAT or PXAT. Such a command is refused only
+ * for a table that has no room. (Stream commands that add to a consumer
+ * group's pending list add radix-tree nodes, no table.) */
+static int adds_keys_without_denyoom(struct redisCommand *cmd)
 {
-    if (!cmd || !(cmd->flags & CMD_WRITE) || cmd->proc == persistCommand) return 0;
-    for (int i = 0; i < cmd->key_specs_num; i++)
-        if (cmd->key_specs[i].flags & (CMD_KEY_INSERT | CMD_KEY_OW | CMD_KEY_UPDATE)) return 1;
-    return 0;
+    void (*p)(client *) = cmd->proc;
+    return p == smoveCommand || p == moveCommand || p == renameCommand || p == renamenxCommand;
+}
+
+static int adds_ttl_without_denyoom(struct redisCommand *cmd, robj **argv, int argc)
+{
+    void (*p)(client *) = cmd->proc;
+    if (p == getexCommand) return argc >= 4 && sdsEncodedObject(argv[2]) && strcasecmp(argv[2]->ptr, "persist");
+    return p == expireCommand || p == pexpireCommand || p == expireatCommand || p == pexpireatCommand;
+}
+
+static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && (adds_keys_without_denyoom(cmd) || adds_ttl_without_denyoom(cmd, argv, argc));
 }
 
 /* DEBUG POPULATE count [prefix] [size] makes "prefix:N" keys with
@@ -1427,8 +1439,22 @@ static void populate_growth(client *c, robj **argv, int argc, uint64_t capacity,
                        (value <= 44 ?  (value + 20 + 15) & ~15ull
                                                                 : 16 + ((value + 10 + 15) & ~15ull));
     g->bytes += n > capacity / per_key ? capacity + 1 : n * per_key; /* (more than the heap: refused) */
-    uint64_t all = dictSize(c->db->dict) + n;
-    if (all > DICTHT_SIZE(c->db->dict->ht_size_exp[0])) growth_add(g, table_for(all));
+    if (value >= BIG_ARGUMENT) { /* each value a large chunk: in one piece, as the others */
+        uint64_t each = chunk_room(value);
+        g->room += n > capacity / each ? capacity + 1 : n * each;
+        if (value > g->largest) g->largest = value;
+    }
+    /* dictExpand(keyspace, count): a table of count buckets (rounded up to
+     * a power of two; none if that is the table's size, or fewer than the
+     * keys it holds, or while it rehashes), then the doubling the inserts
+     * may reach past it. */
+    dict *d = c->db->dict;
+    uint64_t used = dictSize(d), buckets = DICTHT_SIZE(d->ht_size_exp[0]);
+    if (n >= used && !dictIsRehashing(d) && table_for(n) != buckets * sizeof(dictEntry *)) {
+        buckets = table_for(n) / sizeof(dictEntry *);
+        growth_add(g, table_for(n));
+    }
+    if (used + n > buckets) growth_add(g, table_for(used + n));
 }
 
 
@@ -1449,6 +1475,10 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
      * below look keys up in c->db, which follows them here and is put back
      * after the loop. */
     redisDb *home = c->db;
+    for (int k = 0; !exec && (c->flags & CLIENT_MULTI) && k < c->mstate.count; k++) {
+        multiCmd *m = &c->mstate.commands[k]; /* being queued: after the SELECTs queued before it */
+        if (m->cmd && m->cmd->proc == selectCommand && m->argc == 2 && db_named(m->argv[1])) c->db = db_named(m->argv[1]);
+    }
     for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
         struct redisCommand *cmd = m ? m->cmd : c->cmd;
@@ -1460,7 +1490,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
             argcs += (uint64_t)argc;
             growth_add(&g, string_growth(c, cmd, argv, argc));
             source_growth(c, cmd, argv, argc, &g);
-        } else if (!may_add_entries(cmd)) {
+        } else if (!may_add_entries(cmd, argv, argc)) {
             continue; /* (queued reads, DEL, ...) */
         }
         /* The value at the first argument, for hash, set, sorted set and geo
@@ -1480,14 +1510,14 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         /* The keyspace and expires it adds keys to (expires: only commands
          * that can set a TTL); MOVE and COPY ... DB add them to another
          * database. */
-        uint64_t keys = keys_added_at_most(cmd, argc);
+        uint64_t keys = may_grow(cmd, argv, argc) || adds_keys_without_denyoom(cmd) ? keys_added_at_most(cmd, argc) : 0;
         if (is_populate(cmd, argv, argc)) {
             populate_growth(c, argv, argc, capacity, &g);
-            keys = 0; /* its table is counted there */
+            keys = 0; /* its table is counted there (not for the commands after it in an EXEC) */
         }
         redisDb *to = target_db(c, cmd, argv, argc);
         dict_note(&dn, &g, to ? to->dict : c->db->dict, keys);
-        if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys);
+        if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys ? keys : 1);
     }
     c->db = home;
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
@@ -1548,10 +1578,10 @@ int mangoRefuseCommand(client *c)
      * not estimated (a module's allocations) can still reach the abort;
      * maxmemory below the heap's capacity makes it rarer. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
-    int check = may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd);
+    int check = may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd, c->argv, c->argc);
     for (int k = 0; exec && !check && k < c->mstate.count; k++) {
         multiCmd *m = &c->mstate.commands[k];
-        check = may_grow(m->cmd, m->argv, m->argc) || may_add_entries(m->cmd);
+        check = may_grow(m->cmd, m->argv, m->argc) || may_add_entries(m->cmd, m->argv, m->argc);
     }
     if (check) {
         sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));
@@ -1589,7 +1619,7 @@ int mangoRefuseScriptCommand(client *c, sds *err)
     /* The same heap check for a command a script calls: Redis's own check
      * there (scriptVerifyOOM) runs only with maxmemory and only before the
      * script's first write. A script client's argv_len_sum is not kept. */
-    if (!mango_on || !(may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd))) return 0;
+    if (!mango_on || !(may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd, c->argv, c->argc))) return 0;
     uint64_t args = 0;
     for (int j = 0; j < c->argc; j++)
         if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);

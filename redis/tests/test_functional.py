@@ -1827,19 +1827,31 @@ def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
         r.copy("k", "k3", destination_db=1)
     m = r.pipeline(transaction=True)
     m.execute_command("SELECT", 1)
-    m.set("x", "v")
-    with pytest.raises(ResponseError, match="^Transaction discarded because of: OOM Mangosteen: the pool.s durable heap"):
+    m.set("x", "v")  # refused as it is queued, in the database of the SELECT before it
+    with pytest.raises(ResponseError, match="SET x v.*OOM Mangosteen: the pool's durable heap"):
         m.execute()
     with pytest.raises(ResponseError, match=oom):
         r.execute_command("DEBUG", "POPULATE", 10_000_000)
     with pytest.raises(ResponseError, match=oom):
         r.execute_command("DEBUG", "POPULATE", 1_000_000, "p", 100)  # keys of ~250 MB
     assert r.ping() and r.scard("s") == n and one.dbsize() == n and r.get("k") == b"v"
+    assert one.expire("key:5", 100_000)  # a TTL adds no key: the full keyspace table is not counted
     # One entry fewer: nothing to double.
     assert r.srem("s", "m0") == 1 and r.smove("src", "s", "a")
     assert one.delete("key:0") == 1 and r.move("k", 1)
     assert one.delete("key:1") == 1 and r.copy("k2", "k3", destination_db=1)
     assert one.delete("key:2") == 1
+    # Queued while it fits, refused at EXEC: another client filled database 1 meanwhile.
+    conn = s.client().connection_pool.get_connection("MULTI")
+    for cmd, want in ((("MULTI",), b"OK"), (("SELECT", "1"), b"QUEUED"), (("SET", "x", "v"), b"QUEUED")):
+        conn.send_command(*cmd)
+        assert conn.read_response() == want, cmd
+    assert one.set("late", "v") and one.dbsize() == n
+    conn.send_command("EXEC")
+    with pytest.raises(ResponseError, match="^Transaction discarded because of: OOM Mangosteen: the pool.s durable heap"):
+        conn.read_response()
+    conn.disconnect()
+    assert one.delete("late") == 1 and one.exists("x") == 0
     m = r.pipeline(transaction=True)
     m.execute_command("SELECT", 1)
     m.set("x", "v")

@@ -62,10 +62,20 @@ static void preview_bytes(heap_preview *hp, uint64_t addr, uint64_t len, const c
     uint64_t lo = hp->heap->vaddr, hi = lo + sizeof hp->root;
     if (hp->copy && addr >= lo && addr - lo < hp->heap->size) {
         uint64_t off = addr - lo, n = len < hp->heap->size - off ? len : hp->heap->size - off;
-        if (src)
+        if (src) {
             memcpy(hp->copy + off, src, n);
-        else
-            memset(hp->copy + off, 0, n);
+        } else {
+            /* A zero range can span a whole calloc'ed table: its whole pages
+             * become anonymous zero pages, which take no memory. */
+            uint64_t a = (off + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1), b = (off + n) & ~(uint64_t)(PAGE_BYTES - 1);
+            if (b > a && mmap(hp->copy + a, b - a, PROT_READ | PROT_WRITE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
+                memset(hp->copy + off, 0, a - off);
+                memset(hp->copy + b, 0, off + n - b);
+            } else {
+                memset(hp->copy + off, 0, n);
+            }
+        }
     }
     for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
         ((char *)&hp->root)[x - lo] = src ? src[x - addr] : 0;
@@ -94,11 +104,12 @@ static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
  * wrong). The copy is attached only for the walk. */
 static int walk_preview(const heap_preview *hp, uint64_t frames)
 {
-    int rc = dheap_attach(hp->copy, hp->heap->size, false, NULL);
-    if (rc == 0) {
-        rc = dheap_check();
-        dheap_detach();
-    }
+    if (dheap_attach(hp->copy, hp->heap->size, false, NULL) != 0)
+        return mango_error(MANGO_EBADPOOL, "the durable heap (%llu bytes) is not one the allocator can attach "
+                           "(MANGO_CHECK_HEAP=1); refusing to recover, the pool is unchanged",
+                           (unsigned long long)hp->heap->size);
+    int rc = dheap_check();
+    dheap_detach();
     if (rc != 0)
         return mango_error(MANGO_EBADPOOL,
                            "the durable heap's metadata is inconsistent (MANGO_CHECK_HEAP=1)%s: the reason "
@@ -112,6 +123,7 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
 {
     double t0 = now();
     replay_ctx c = {.p = p};
+    rep->heap_walked = 0;
     log_scan_result res;
     /* Validate the whole log (frames and block addresses) before writing a
      * byte: a pool refused for corruption must be left unchanged. */
@@ -132,9 +144,11 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
         if (walk_heap) {
             hp.copy = mmap(NULL, heap->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, p->fd,
                            (off_t)heap->mirror_offset);
-            if (hp.copy == MAP_FAILED)
-                return mango_error(MANGO_ENOMEM, "cannot map a private copy of the durable heap to walk it "
-                                   "(MANGO_CHECK_HEAP=1): %s", strerror(errno));
+            if (hp.copy == MAP_FAILED) { /* (strict overcommit charges the whole heap) */
+                fprintf(stderr, "mangosteen: cannot map a private copy of the durable heap to walk it before "
+                        "recovery (%s); it is walked after recovery instead\n", strerror(errno));
+                hp.copy = NULL;
+            }
         }
         big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &hp};
         rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
@@ -152,6 +166,7 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
                              (unsigned long long)hp.root.top);
         if (rc == MANGO_OK && hp.copy && hp.root.magic != 0) {
             rc = walk_preview(&hp, res.frames);
+            rep->heap_walked = rc == MANGO_OK;
             recovery_trace("replay: heap metadata walked on a private copy");
         }
         if (hp.copy)

@@ -21,6 +21,7 @@ typedef struct recovery_report {
     uint64_t heap_bytes_mapped;   /* heap bytes mapped copy-on-write from the pool file */
     uint64_t data_bytes_restored;
     int torn_tail;          /* an incomplete, unacknowledged last batch was discarded */
+    int heap_walked;        /* walk_heap: the heap's metadata was walked before the replay */
     uint64_t torn_lsn;
     double replay_seconds;
     double restore_seconds;
@@ -34,7 +35,9 @@ typedef struct recovery_report {
  * (MANGO_CHECK_HEAP=1) the heap's whole metadata is walked (dheap_check) on
  * a private copy-on-write copy of the mirror with the log applied, also
  * before anything is written: an inconsistent heap is refused with
- * MANGO_EBADPOOL and the pool left byte-for-byte as it was. */
+ * MANGO_EBADPOOL and the pool left byte-for-byte as it was. If the copy
+ * cannot be mapped, a warning says so and rep->heap_walked stays 0 (the
+ * caller then walks the restored heap). */
 int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tail_lsn,
                     uint64_t *next_seq, uint64_t *generation);
 

@@ -690,7 +690,7 @@ static int open_durable(const mango_config *cfg, int *status)
     uint64_t tail, seq, gen;
     rc = recovery_replay(p, walk_heap, &rt.recovery, &tail, &seq, &gen);
     if (rc) {
-        char why[512];
+        char why[1024];
         snprintf(why, sizeof why, "%s", mango_last_error());
         rc = mango_error(rc, "%s: %s", rt.pool_path, why);
         goto fail_heap;
@@ -714,6 +714,12 @@ static int open_durable(const mango_config *cfg, int *status)
         dheap_set_zero_capture(capture_zero);
         if (rc)
             goto fail_heap;
+        if (walk_heap && !rt.recovery.heap_walked && dheap_check() != 0) {
+            /* The walk before the replay could not map its copy (warned). */
+            rc = mango_error(MANGO_EBADPOOL, "%s: the recovered durable heap's metadata is inconsistent "
+                             "(MANGO_CHECK_HEAP=1; walked after the replay, which is written)", rt.pool_path);
+            goto fail_heap;
+        }
         *status = MANGO_RECOVERED;
     } else {
         *status = MANGO_FRESH; /* new pool, or a crash before init_state committed */

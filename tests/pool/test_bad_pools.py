@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import struct
@@ -604,7 +605,7 @@ def test_inconsistent_heap_metadata_in_the_pending_log(workdir):
         block = heap["vaddr"] + 32  # the root's second block: dheap_root.allocated first
         hits = []
         for f in info["log"]["frames"]:
-            assert not f.get("big_batch"), f
+            assert not f.get("big_batch_file"), f
             n = struct.unpack("<I", read_at(p, f["offset"] + 32, 4))[0]
             for i in range(n):
                 at = f["offset"] + FRAME_HEADER + i * ENTRY_SIZE
@@ -634,6 +635,40 @@ def test_inconsistent_heap_metadata_in_the_pending_log(workdir):
     assert "dheap_check: root.allocated wrong" in k.stderr, k.stderr
     assert "metadata is inconsistent (MANGO_CHECK_HEAP=1) with the pending log applied" in k.stderr, k.stderr
     assert inspect_json(p)["log"]["committed_frames"] == len(info["log"]["frames"])
+
+
+def test_heap_walk_falls_back_when_its_copy_cannot_be_mapped(workdir):
+    """Where the private copy of the heap cannot be mapped (here a limit on
+    the address space; strict overcommit charges a writable private mapping
+    the whole heap), a start with MANGO_CHECK_HEAP=1 says so and walks the
+    restored heap instead, as before session 26: a good pool starts, an
+    inconsistent one is still refused (its replay then written)."""
+    p = os.path.join(workdir, "big")
+    r = run(KVSTORE, "demo", "--pool", p, "--mode", "emulated", "--pool-size", "1G")
+    assert r.returncode == 0, r.stderr
+
+    def limited():  # pool (1 GiB) + heap reservation fit; a third GiB-sized mapping does not
+        resource.setrlimit(resource.RLIMIT_AS, (2300 << 20, 2300 << 20))
+
+    def start():
+        return subprocess.run([KVSTORE, "demo", "--pool", p, "--mode", "emulated"], capture_output=True,
+                              text=True, env=dict(os.environ, MANGO_CHECK_HEAP="1"), timeout=60,
+                              preexec_fn=limited)
+
+    k = start()
+    assert k.returncode == 0 and "RECOVERED" in k.stdout, (k.stdout, k.stderr)
+    assert "cannot map a private copy of the durable heap" in k.stderr, k.stderr
+    heap = [g for g in inspect_json(p)["regions"] if g["kind"] == "heap"][0]
+    at = heap["mirror_offset"] + 32  # dheap_root.allocated
+    (allocated,) = struct.unpack("<Q", read_at(p, at, 8))
+    write_at(p, at, struct.pack("<Q", allocated + 16))
+    k = start()
+    assert k.returncode == 2, (k.stdout, k.stderr)
+    assert "cannot map a private copy of the durable heap" in k.stderr, k.stderr
+    assert "dheap_check: root.allocated wrong" in k.stderr, k.stderr
+    assert "metadata is inconsistent (MANGO_CHECK_HEAP=1; walked after the replay" in k.stderr, k.stderr
+    k = reopen_checking_heap(p)  # no limit: walked before the replay
+    assert k.returncode == 2 and "the pool is unchanged" in k.stderr, k.stderr
 
 
 def test_heap_walk_replays_the_pending_log(workdir):
