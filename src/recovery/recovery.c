@@ -14,6 +14,7 @@
 #include "alloc/durable_heap.h"
 #include "backend/backend.h"
 #include "log/big_batch.h"
+#include "recovery/heap_preview.h"
 #include "recovery/trace.h"
 #include "runtime/error.h"
 
@@ -42,74 +43,14 @@ static int validate_visit(void *arg, const log_frame *f, const log_entry *e)
     return backend_check_frame(arg, f, e);
 }
 
-/* The heap as it will be after replay, seen without writing the pool: the
- * root (the mirror's bytes with every pending block that overlaps it
- * applied to a private copy) and, when the heap's metadata is to be walked
- * before recovery writes anything (MANGO_CHECK_HEAP), the whole heap as a
- * private copy-on-write mapping of its mirror with the pending log applied
- * (only the pages the log touches take memory). */
-typedef struct heap_preview {
-    const pool_region *heap;
-    dheap_root root;
-    char *copy; /* NULL: the root only */
-} heap_preview;
-
-/* Apply [addr, addr+len) -- the bytes at src, or zeros if src is NULL --
- * where it overlaps the heap (the copy) and its root. Entries were validated
- * first, so a range that starts in the heap region ends in it. */
-static void preview_bytes(heap_preview *hp, uint64_t addr, uint64_t len, const char *src)
-{
-    uint64_t lo = hp->heap->vaddr, hi = lo + sizeof hp->root;
-    if (hp->copy && addr >= lo && addr - lo < hp->heap->size) {
-        uint64_t off = addr - lo, n = len < hp->heap->size - off ? len : hp->heap->size - off;
-        if (src) {
-            memcpy(hp->copy + off, src, n);
-        } else {
-            /* A zero range can span a whole calloc'ed table: its whole pages
-             * become anonymous zero pages, which take no memory. */
-            uint64_t a = (off + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1), b = (off + n) & ~(uint64_t)(PAGE_BYTES - 1);
-            if (b > a && mmap(hp->copy + a, b - a, PROT_READ | PROT_WRITE,
-                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0) != MAP_FAILED) {
-                memset(hp->copy + off, 0, a - off);
-                memset(hp->copy + b, 0, off + n - b);
-            } else {
-                memset(hp->copy + off, 0, n);
-            }
-        }
-    }
-    for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
-        ((char *)&hp->root)[x - lo] = src ? src[x - addr] : 0;
-}
-
-static int preview_visit(void *arg, const log_frame *f, const log_entry *e)
-{
-    heap_preview *hp = arg;
-    for (uint32_t i = 0; i < f->n_entries; i++) {
-        if (log_entry_is_data(&e[i])) {
-            preview_bytes(hp, log_entry_data_addr(&e[i]), log_entry_data_len(&e[i]), (const char *)&e[i + 1]);
-            i += (uint32_t)log_entry_slots(&e[i]) - 1;
-            continue;
-        }
-        if (log_entry_is_zero(&e[i])) {
-            preview_bytes(hp, e[i].addr & ~LOG_ZERO_TAG, log_entry_zero_len(&e[i]), NULL);
-            continue;
-        }
-        /* Heap blocks are applied whole (backend_apply_frame). */
-        preview_bytes(hp, e[i].addr, LOG_BLOCK_SIZE, (const char *)e[i].data);
-    }
-    return MANGO_OK;
-}
-
-/* Walk the previewed heap's metadata (dheap_check says on stderr what is
- * wrong). The copy is attached only for the walk. */
+/* Walk the previewed heap's metadata (heap_preview.h). */
 static int walk_preview(const heap_preview *hp, uint64_t frames)
 {
-    if (dheap_attach(hp->copy, hp->heap->size, false, NULL) != 0)
+    int rc = heap_preview_walk(hp);
+    if (rc == -2)
         return mango_error(MANGO_EBADPOOL, "the durable heap (%llu bytes) is not one the allocator can attach "
                            "(MANGO_CHECK_HEAP=1); refusing to recover, the pool is unchanged",
                            (unsigned long long)hp->heap->size);
-    int rc = dheap_check();
-    dheap_detach();
     if (rc != 0)
         return mango_error(MANGO_EBADPOOL,
                            "the durable heap's metadata is inconsistent (MANGO_CHECK_HEAP=1)%s: the reason "
@@ -139,18 +80,13 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {
-        heap_preview hp = {.heap = heap};
-        memcpy(&hp.root, p->base + heap->mirror_offset, sizeof hp.root);
-        if (walk_heap) {
-            hp.copy = mmap(NULL, heap->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, p->fd,
-                           (off_t)heap->mirror_offset);
-            if (hp.copy == MAP_FAILED) { /* (strict overcommit charges the whole heap) */
-                fprintf(stderr, "mangosteen: cannot map a private copy of the durable heap to walk it before "
-                        "recovery (%s); it is walked after recovery instead\n", strerror(errno));
-                hp.copy = NULL;
-            }
-        }
-        big_batch_scan bigp = {.path = p->big_batch_path, .visit = preview_visit, .arg = &hp};
+        heap_preview hp;
+        heap_preview_init(&hp, p, heap);
+        int e = walk_heap ? heap_preview_map(&hp, p) : 0;
+        if (e) /* (strict overcommit charges the whole heap) */
+            fprintf(stderr, "mangosteen: cannot map a private copy of the durable heap to walk it before "
+                    "recovery (%s); it is walked after recovery instead\n", strerror(e));
+        big_batch_scan bigp = {.path = p->big_batch_path, .visit = heap_preview_frame, .arg = &hp};
         rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                            p->head.generation, valid_end, big_batch_visit, &bigp, &res);
         /* (The scan can fail: it opens and maps the big-batch file.) */
@@ -169,8 +105,7 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
             rep->heap_walked = rc == MANGO_OK;
             recovery_trace("replay: heap metadata walked on a private copy");
         }
-        if (hp.copy)
-            munmap(hp.copy, heap->size);
+        heap_preview_unmap(&hp);
         if (rc != MANGO_OK)
             return rc;
     }

@@ -30,6 +30,7 @@
 #include "pool/crc32c.h"
 #include "pool/pool.h"
 #include "pool/pool_format.h"
+#include "recovery/heap_preview.h"
 #include "runtime/error.h"
 
 enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
@@ -240,11 +241,9 @@ typedef struct scan_ctx {
     const pool *p;
     /* check: validate entries */
     bool check_entries;
-    /* the heap root as it will be after replay */
-    const pool_region *heap;
-    dheap_root root;
-    /* check: the whole heap as it will be after replay (NULL: not kept) */
-    char *heap_copy;
+    /* check: the heap root (and, if hp.copy, the whole heap) as it will be
+     * after replay; hp.heap NULL: no heap to preview */
+    heap_preview hp;
     /* inspect: remember frames */
     bool record;
     frame_info *frames;
@@ -261,22 +260,11 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
-/* Apply [addr, addr+len) -- the bytes at src, or zeros if src is NULL -- to
- * our copy of the heap root, where they overlap it. */
-static void preview_root(scan_ctx *c, uint64_t addr, uint64_t len, const char *src)
+/* Replay a validated entry's bytes onto the heap preview, if any. */
+static void preview(scan_ctx *c, uint64_t addr, uint64_t len, const char *src)
 {
-    if (!c->heap)
-        return;
-    if (c->heap_copy && addr >= c->heap->vaddr && addr - c->heap->vaddr < c->heap->size) {
-        uint64_t off = addr - c->heap->vaddr, n = len < c->heap->size - off ? len : c->heap->size - off;
-        if (src)
-            memcpy(c->heap_copy + off, src, n);
-        else
-            memset(c->heap_copy + off, 0, n);
-    }
-    uint64_t lo = c->heap->vaddr, hi = lo + sizeof(dheap_root);
-    for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
-        ((char *)&c->root)[x - lo] = src ? src[x - addr] : 0;
+    if (c->hp.heap)
+        heap_preview_bytes(&c->hp, addr, len, src);
 }
 
 static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
@@ -293,7 +281,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                        "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
                                        "data range at %#" PRIx64 " (%" PRIu64 " bytes)",
                                        f->lsn, f->seq, i, da, n);
-                preview_root(c, da, n, (const char *)&e[i + 1]);
+                preview(c, da, n, (const char *)&e[i + 1]);
                 i += (uint32_t)log_entry_slots(&e[i]) - 1;
                 continue;
             }
@@ -305,7 +293,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                        "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: malformed "
                                        "zero range at %#" PRIx64 " (%" PRIu64 " bytes)",
                                        f->lsn, f->seq, i, za, n);
-                preview_root(c, za, n, NULL);
+                preview(c, za, n, NULL);
                 continue;
             }
             if (a % LOG_BLOCK_SIZE)
@@ -320,7 +308,7 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                    f->lsn, f->seq, i, a);
             /* Replay this block onto our copy of the heap root, and of the
              * heap if kept (heap blocks are copied whole by the backend). */
-            preview_root(c, a, LOG_BLOCK_SIZE, (const char *)e[i].data);
+            preview(c, a, LOG_BLOCK_SIZE, (const char *)e[i].data);
         }
     }
     if (c->record) {
@@ -562,33 +550,19 @@ static int cmd_inspect(int argc, char **argv)
 
 /* ---- check ---- */
 
-/* A private copy-on-write mapping of the heap's mirror in the pool file
- * (the file itself is never written); the scan replays the pending log onto
- * it, so only the pages the log touches take memory. NULL if it cannot be
- * mapped. */
-static char *copy_heap(scan_ctx *c)
-{
-    const pool_region *h = c->heap;
-    char *copy = mmap(NULL, h->size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_NORESERVE, c->p->fd,
-                      (off_t)h->mirror_offset);
-    return copy == MAP_FAILED ? NULL : copy;
-}
-
 /* Walk the replayed heap's metadata as MANGO_CHECK_HEAP=1 does at start-up
- * (dheap_check prints what is wrong). */
+ * (dheap_check prints what is wrong), on the preview's private copy of the
+ * heap (heap_preview.h: the file itself is never written). */
 static bool heap_consistent(scan_ctx *c)
 {
-    /* The copy's root was replayed like c->root: they must agree. */
-    if (memcmp(c->heap_copy, &c->root, sizeof c->root) != 0) {
+    /* The copy's root was replayed like hp.root: they must agree. */
+    if (memcmp(c->hp.copy, &c->hp.root, sizeof c->hp.root) != 0) {
         fprintf(stderr, "mango: internal error: the replayed copy of the heap disagrees with its root\n");
         return false;
     }
-    if (dheap_attach(c->heap_copy, c->heap->size, false, NULL) != 0) {
+    int rc = heap_preview_walk(&c->hp);
+    if (rc == -2)
         fprintf(stderr, "mango: the replayed heap's root is not one the allocator accepts\n");
-        return false;
-    }
-    int rc = dheap_check();
-    dheap_detach();
     return rc == 0;
 }
 
@@ -606,20 +580,18 @@ static int check_one(const char *path, bool quiet, bool walk_heap)
                 path, 1 - p.head_slot, p.head_slot, p.head.advance);
 
     scan_ctx c = {.p = &p, .check_entries = true};
-    c.heap = pool_find_region(&p, POOL_REGION_HEAP);
-    if (c.heap && c.heap->size < sizeof(dheap_root))
-        c.heap = NULL;
-    if (c.heap)
-        memcpy(&c.root, p.base + c.heap->mirror_offset, sizeof c.root);
-    if (c.heap && walk_heap && !(c.heap_copy = copy_heap(&c)))
+    const pool_region *heap = pool_find_region(&p, POOL_REGION_HEAP);
+    if (heap && heap->size >= sizeof(dheap_root))
+        heap_preview_init(&c.hp, &p, heap);
+    int e = c.hp.heap && walk_heap ? heap_preview_map(&c.hp, &p) : 0;
+    if (e)
         fprintf(stderr, "mango: warning: %s: cannot map a private copy of the heap (%s); its metadata is "
-                        "not walked\n", path, strerror(errno));
+                        "not walked\n", path, strerror(e));
     log_scan_result res;
     rc = scan_log(&p, &c, &res);
     if (rc != MANGO_OK) {
         fprintf(stderr, "mango: %s: %s\n", path, mango_last_error());
-        if (c.heap_copy)
-            munmap(c.heap_copy, c.heap->size);
+        heap_preview_unmap(&c.hp);
         pool_close(&p);
         return exit_code_for(rc);
     }
@@ -629,29 +601,26 @@ static int check_one(const char *path, bool quiet, bool walk_heap)
                 path, res.torn_lsn, res.torn_reason);
 
     uint64_t extent = 0;
-    if (c.heap && c.root.magic == DHEAP_MAGIC && c.root.version != DHEAP_VERSION) {
+    if (c.hp.heap && c.hp.root.magic == DHEAP_MAGIC && c.hp.root.version != DHEAP_VERSION) {
         fprintf(stderr, "mango: %s: the durable heap has format version %" PRIu64 ", this build reads "
-                        "version %u only\n", path, c.root.version, (unsigned)DHEAP_VERSION);
-        if (c.heap_copy)
-            munmap(c.heap_copy, c.heap->size);
+                        "version %u only\n", path, c.hp.root.version, (unsigned)DHEAP_VERSION);
+        heap_preview_unmap(&c.hp);
         pool_close(&p);
         return EXIT_BAD;
     }
-    if (c.heap && c.root.magic != 0) {
-        extent = dheap_extent_of_root(&c.root, c.heap->size);
+    if (c.hp.heap && c.hp.root.magic != 0) {
+        extent = dheap_extent_of_root(&c.hp.root, c.hp.heap->size);
         if (extent == 0) {
             fprintf(stderr, "mango: %s: the durable heap root in the mirror (offset %#" PRIx64 ") is "
                             "invalid%s\n",
-                    path, c.heap->mirror_offset, res.frames ? " after replaying the pending log" : "");
-            if (c.heap_copy)
-                munmap(c.heap_copy, c.heap->size);
+                    path, c.hp.heap->mirror_offset, res.frames ? " after replaying the pending log" : "");
+            heap_preview_unmap(&c.hp);
             pool_close(&p);
             return EXIT_BAD;
         }
     }
-    bool consistent = !c.heap_copy || !extent || heap_consistent(&c);
-    if (c.heap_copy)
-        munmap(c.heap_copy, c.heap->size);
+    bool consistent = !c.hp.copy || !extent || heap_consistent(&c);
+    heap_preview_unmap(&c.hp);
     if (!consistent) {
         fprintf(stderr, "mango: %s: the durable heap's metadata is inconsistent%s (see the line above); "
                         "recovery with MANGO_CHECK_HEAP=1 refuses it\n",
@@ -662,8 +631,8 @@ static int check_one(const char *path, bool quiet, bool walk_heap)
     if (!quiet) {
         char b1[32], b2[32], b3[32], b5[32], b4[96];
         snprintf(b4, sizeof b4, "%s carved, %s in %" PRIu64 " allocation%s", human(extent, b3, sizeof b3),
-                 human(dheap_root_payload(&c.root), b5, sizeof b5), c.root.inuse_chunks,
-                 c.root.inuse_chunks == 1 ? "" : "s");
+                 human(dheap_root_payload(&c.hp.root), b5, sizeof b5), c.hp.root.inuse_chunks,
+                 c.hp.root.inuse_chunks == 1 ? "" : "s");
         printf("%s: ok (format %u, %s, %u regions, log %s: %" PRIu64 " committed frame%s pending "
                "replay, %s%s; heap %s; %s)\n",
                path, p.hdr->version, human(p.hdr->pool_size, b1, sizeof b1), p.nregions,
