@@ -95,6 +95,7 @@ static int mango_recovered; /* the pool held a state */
  * restore it from the pool); see recount_used_memory(). */
 static size_t used_memory_before_init, used_memory_restored;
 static int write_depth;     /* nesting of write sections */
+static int expiry_section;  /* the outermost write section is an expiry section (mangoExpiryBegin) */
 /* mangoNoteReply runs once per addReply* (21 times for an HGETALL of 10
  * fields), and within one command its answer does not change. note_epoch is
  * bumped wherever it could (a command or a write section begins or ends, a
@@ -487,9 +488,29 @@ void mangoWriteEnd(void)
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {
         if (t > cmd_dep) cmd_dep = t;
-    } else if (t > global_ticket) {
-        global_ticket = t; /* expiry, eviction, cron: keys unknown */
+    } else if (!expiry_section && t > global_ticket) {
+        global_ticket = t; /* eviction, serving blocked clients, ...: keys unknown */
     }
+}
+
+/* Expiry sections (mango_adapter.h): serverCron's databasesCron() (active
+ * expiry, dict resizing and rehashing, defragmentation: only the deletions
+ * are visible) and the fast expire cycle that beforeSleep() runs every pass
+ * while any key has a TTL. As plain write sections they raised the global
+ * ticket in every pass, so with TTLs in the dataset every read waited for
+ * the latest batch, as with AOF-always. Each expired key is stamped
+ * instead (mangoKeyExpired). (A lost deletion of an expired key would not
+ * show anyway: recovered, the key is still past its TTL.) */
+void mangoExpiryBegin(void)
+{
+    if (mango_on && write_depth == 0) expiry_section = 1;
+    mangoWriteBegin();
+}
+
+void mangoExpiryEnd(void)
+{
+    mangoWriteEnd();
+    if (write_depth == 0) expiry_section = 0;
 }
 
 /* Ends the open batch and waits until it is durable. */
@@ -685,6 +706,23 @@ void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
 {
     *lo = heap_lo;
     *hi = heap_hi;
+}
+
+static long key_slot(int dbid, robj *key);
+
+void mangoKeyExpired(redisDb *db, robj *key)
+{
+    if (!mango_on || !pipelined || write_depth == 0) return;
+    int paused = mangoTransientBegin(); /* bookkeeping: not logged */
+    uint64_t t = mango_reply_ticket();
+    if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots);
+    long s = key_slot(db->id, key);
+    if (s < 0) {
+        if (t > global_ticket) global_ticket = t;
+    } else if (t > key_slots[s]) {
+        key_slots[s] = t;
+    }
+    mangoTransientEnd(paused);
 }
 
 int mangoAnyVolatileKeys(void)

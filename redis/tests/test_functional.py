@@ -2545,6 +2545,38 @@ def test_read_dependency_mutant_is_caught(server_factory):
     assert early > 0.05, f"the mutant answered the GET only {early:.3f} s early: the check would not catch it"
 
 
+def test_keys_with_a_ttl_do_not_make_every_read_wait(server_factory):
+    """While any key has a TTL, beforeSleep() runs the fast expire cycle in
+    every pass, and serverCron() runs databasesCron(), each in a write
+    section. As plain write sections outside a command they raised the
+    global ticket in every pass: every read then waited for the latest
+    batch, as with AOF-always (GET of a key no one wrote: 0.3-0.6 s behind
+    a 300 ms sync). They are expiry sections now, which stamp only the keys
+    they delete: the GET is answered at once, while the SET in flight still
+    holds its own reply, and a read of a key the cycle deleted still gets
+    nil."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    a, c = s.client(), s.client()
+    c.ping()
+    assert a.set("ttl", "v", ex=100_000) and a.set("gone", "v", px=1)
+    done = {}
+
+    def write():
+        assert a.set("w0", "x")
+        done["w0"] = time.monotonic()
+
+    t = threading.Thread(target=write, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(0.05)  # w0's sync under way; passes (and expire cycles) go on
+    assert c.get("other") is None
+    waited = time.monotonic() - t0
+    t.join(10)
+    assert "w0" in done and done["w0"] - t0 > 0.25, "the SET did not wait for its 300 ms sync; timing off"
+    assert waited < 0.2, f"a GET of a key no batch wrote took {waited:.3f} s (the SET's sync took 300 ms)"
+    assert c.get("gone") is None and c.ttl("ttl") > 0
+
+
 @pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi-exec"])
 def test_a_write_after_a_read_in_one_pass_waits_for_its_batch(server_factory, transaction):
     """One client sends GET then SET in one packet (a pipeline, or MULTI/EXEC):
