@@ -395,6 +395,10 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=3600, sock=srv.sock)
         if int(load.get("errors", 1)) or load["exit"]:
             raise RuntimeError("%s: load had errors: %s" % (system, load))
+        for i in range(args.volatile_keys):  # keys with a TTL: Redis's expire cycles then run every pass
+            reply = redis_cmd(srv.port, "SET", "ttl:%d" % i, "v", "EX", "86400")
+            if not reply.startswith("+OK"):
+                raise RuntimeError("%s: SET with a TTL answered %r" % (system, reply))
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
         s0 = proc_cpu_seconds(srv.proc.pid)
@@ -484,6 +488,10 @@ def write_md(args, rows, path, meta, recovery_rows):
                "load with %d clients, then %.1f s of run per cell; ycsb_redis threads: %d; "
                "repetitions: %d (median shown)" % (args.records, args.load_clients, args.seconds,
                                                     args.ycsb_threads, args.repeat))
+    if getattr(args, "volatile_keys", 0):
+        out.append("- after the load, %d more keys set with a TTL of a day (`ttl:<i>`), so that Redis's "
+                   "expire cycles run in every event-loop pass, as in any dataset with TTLs; the workload "
+                   "does not touch them" % args.volatile_keys)
     out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
                "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
                    args.fs_dir, meta["fs_type"], args.shm_dir))
@@ -1097,6 +1105,9 @@ def main():
     p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"),
                    help="output directory: results.csv, results.md, PNG figures (default ./redis-bench-results)")
     p.add_argument("--replot", action="store_true", help="only redo results.md and PNGs from results.csv")
+    p.add_argument("--volatile-keys", type=int, default=0, metavar="N",
+                   help="after each load, SET N more keys with a TTL of a day, so that Redis's expire "
+                        "cycles run in every event-loop pass, as in any dataset with TTLs (default 0)")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
     p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
     args = p.parse_args()
@@ -1171,7 +1182,7 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock")}
+                    "durable", "stock", "volatile_keys")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
