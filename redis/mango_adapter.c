@@ -499,8 +499,11 @@ void mangoWriteEnd(void)
  * while any key has a TTL. As plain write sections they raised the global
  * ticket in every pass, so with TTLs in the dataset every read waited for
  * the latest batch, as with AOF-always. Each expired key is stamped
- * instead (mangoKeyExpired). (A lost deletion of an expired key would not
- * show anyway: recovered, the key is still past its TTL.) */
+ * instead (mangoKeyExpired), and the stamp is needed: a command that names
+ * the key can see the deletion without checking the TTL (MEMORY USAGE
+ * answers nil for a deleted key and the key's size for one a crash brought
+ * back past its TTL). Keyless reads (INFO's counters, DBSIZE, SCAN) wait
+ * for everything submitted, as before. */
 void mangoExpiryBegin(void)
 {
     if (mango_on && write_depth == 0) expiry_section = 1;
