@@ -95,7 +95,7 @@ static int mango_recovered; /* the pool held a state */
  * restore it from the pool); see recount_used_memory(). */
 static size_t used_memory_before_init, used_memory_restored;
 static int write_depth;     /* nesting of write sections */
-static int expiry_section;  /* the outermost write section is an expiry section (mangoExpiryBegin) */
+static int deletion_section; /* the outermost write section is a deletion section (mangoDeletionsBegin) */
 /* mangoNoteReply runs once per addReply* (21 times for an HGETALL of 10
  * fields), and within one command its answer does not change. note_epoch is
  * bumped wherever it could (a command or a write section begins or ends, a
@@ -488,32 +488,35 @@ void mangoWriteEnd(void)
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {
         if (t > cmd_dep) cmd_dep = t;
-    } else if (!expiry_section && t > global_ticket) {
+    } else if (!deletion_section && t > global_ticket) {
         global_ticket = t; /* eviction, serving blocked clients, ...: keys unknown */
     }
 }
 
-/* Expiry sections (mango_adapter.h): serverCron's databasesCron() (active
+/* Deletion sections (mango_adapter.h): serverCron's databasesCron() (active
  * expiry, dict resizing and rehashing, defragmentation: only the deletions
- * are visible) and the fast expire cycle that beforeSleep() runs every pass
- * while any key has a TTL. As plain write sections they raised the global
- * ticket in every pass, so with TTLs in the dataset every read waited for
- * the latest batch, as with AOF-always. Each expired key is stamped
- * instead (mangoKeyExpired), and the stamp is needed: a command that names
- * the key can see the deletion without checking the TTL (MEMORY USAGE
- * answers nil for a deleted key and the key's size for one a crash brought
- * back past its TTL). Keyless reads (INFO's counters, DBSIZE, SCAN) wait
- * for everything submitted, as before. */
-void mangoExpiryBegin(void)
+ * are visible), the fast expire cycle that beforeSleep() runs every pass
+ * while any key has a TTL, and performEvictions(), which processCommand()
+ * runs before every command while maxmemory is set. As plain write
+ * sections they raised the global ticket in every pass (with maxmemory:
+ * before every command), so with TTLs in the dataset or maxmemory set
+ * every read waited for the latest batch, as with AOF-always. Each expired
+ * or evicted key is stamped instead (mangoKeyDeleted). The stamp is
+ * needed: an evicted key would come back with a lost batch, and a command
+ * that names an expired key can see its deletion without checking the TTL
+ * (MEMORY USAGE answers nil for a deleted key, the key's size for one a
+ * crash brought back past its TTL). Keyless reads (INFO's counters,
+ * DBSIZE, SCAN) wait for everything submitted, as before. */
+void mangoDeletionsBegin(void)
 {
-    if (mango_on && write_depth == 0) expiry_section = 1;
+    if (mango_on && write_depth == 0) deletion_section = 1;
     mangoWriteBegin();
 }
 
-void mangoExpiryEnd(void)
+void mangoDeletionsEnd(void)
 {
     mangoWriteEnd();
-    if (write_depth == 0) expiry_section = 0;
+    if (write_depth == 0) deletion_section = 0;
 }
 
 /* Ends the open batch and waits until it is durable. */
@@ -713,7 +716,7 @@ void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
 
 static long key_slot(int dbid, robj *key);
 
-void mangoKeyExpired(redisDb *db, robj *key)
+void mangoKeyDeleted(redisDb *db, robj *key)
 {
     if (!mango_on || !pipelined || write_depth == 0) return;
     int paused = mangoTransientBegin(); /* bookkeeping: not logged */

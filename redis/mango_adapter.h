@@ -47,17 +47,18 @@ void mangoLoadingProgress(size_t processed_bytes);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
-/* The same around serverCron's databasesCron() and the fast expire cycle:
- * a write section whose only change a client can see is the deletion of
- * expired keys, each stamped by mangoKeyExpired(), so reads of other keys
- * need not wait for its batch (a plain write section outside a command
- * makes every read wait for it). */
-void mangoExpiryBegin(void);
-void mangoExpiryEnd(void);
-/* deleteExpiredKeyAndPropagate(): reads of key wait for the open batch. */
+/* The same around serverCron's databasesCron(), the fast expire cycle and
+ * performEvictions(): a write section whose only change a client can see
+ * is the deletion of expired or evicted keys, each stamped by
+ * mangoKeyDeleted(), so reads of other keys need not wait for its batch (a
+ * plain write section outside a command makes every read wait for it). */
+void mangoDeletionsBegin(void);
+void mangoDeletionsEnd(void);
+/* deleteExpiredKeyAndPropagate(), performEvictions(): reads of key wait for
+ * the open batch. */
 struct redisDb;
 struct redisObject;
-void mangoKeyExpired(struct redisDb *db, struct redisObject *key);
+void mangoKeyDeleted(struct redisDb *db, struct redisObject *key);
 struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
  * REPLICAOF host port is (a replica's full sync loads the master's data

@@ -2562,20 +2562,24 @@ def test_read_dependency_mutant_is_caught(server_factory):
     assert early > 0.05, f"the mutant answered the GET only {early:.3f} s early: the check would not catch it"
 
 
-def test_keys_with_a_ttl_do_not_make_every_read_wait(server_factory):
+@pytest.mark.parametrize("setting", ["ttl", "maxmemory"])
+def test_ttls_and_maxmemory_do_not_make_every_read_wait(server_factory, setting):
     """While any key has a TTL, beforeSleep() runs the fast expire cycle in
-    every pass, and serverCron() runs databasesCron(), each in a write
-    section. As plain write sections outside a command they raised the
-    global ticket in every pass: every read then waited for the latest
-    batch, as with AOF-always (GET of a key no one wrote: 0.3-0.6 s behind
-    a 300 ms sync). They are expiry sections now, which stamp only the keys
-    they delete: the GET is answered at once, while the SET in flight still
-    holds its own reply, and a read of a key the cycle deleted still gets
-    nil."""
+    every pass (and serverCron() databasesCron()); while maxmemory is set,
+    processCommand() runs performEvictions() before every command. Each
+    ran in a write section, and a plain write section outside a command
+    raises the global ticket: every read then waited for the latest batch,
+    as with AOF-always (a GET of a key no batch wrote: 0.6 s behind a
+    300 ms sync, in both settings). They are deletion sections now, which
+    stamp only the keys they delete: the GET is answered at once, while the
+    SET in flight still holds its own reply."""
     s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
     a, c = s.client(), s.client()
     c.ping()
-    assert a.set("ttl", "v", ex=100_000) and a.set("gone", "v", px=1)
+    if setting == "ttl":
+        assert a.set("ttl", "v", ex=100_000) and a.set("gone", "v", px=1)
+    else:
+        a.config_set("maxmemory", 1 << 30)
     done = {}
 
     def write():
@@ -2591,7 +2595,39 @@ def test_keys_with_a_ttl_do_not_make_every_read_wait(server_factory):
     t.join(10)
     assert "w0" in done and done["w0"] - t0 > 0.25, "the SET did not wait for its 300 ms sync; timing off"
     assert waited < 0.2, f"a GET of a key no batch wrote took {waited:.3f} s (the SET's sync took 300 ms)"
-    assert c.get("gone") is None and c.ttl("ttl") > 0
+
+
+def test_a_read_of_an_evicted_key_waits_for_the_eviction(server_factory):
+    """An evicted key is stamped with the eviction's batch: a GET that finds
+    it gone is answered only once that batch is durable (300 ms syncs, sim
+    mode, where a kill drops what was not synced), so after a kill -9 right
+    after the GET the key stays gone. Without the stamp the GET answered at
+    once and the key came back with the lost batch."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    r, c = s.client(), s.client()
+    assert r.set("victim", "v", ex=100_000) and r.set("big", b"x" * (2 << 20))
+    r.config_set("maxmemory-policy", "volatile-ttl")  # only keys with a TTL are evicted: the victim
+    limit = r.info("memory")["used_memory"] - (512 << 10)
+    c.ping()
+    # CONFIG SET (keyless: its reply waits for everything) starts the eviction
+    # in a timer of the same pass; the GET, from another client, comes after.
+    def config_set():
+        try:
+            r.config_set("maxmemory", limit)
+        except RedisConnectionError:
+            pass  # killed before its reply (it waits for everything submitted)
+
+    t = threading.Thread(target=config_set, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    t0 = time.monotonic()
+    assert c.get("victim") is None
+    waited = time.monotonic() - t0
+    s.restart("kill")  # at once: a batch still in flight is lost (sim mode)
+    t.join(10)
+    r = s.client()
+    assert r.exists("victim") == 0 and r.strlen("big") == 2 << 20
+    assert waited > 0.25, f"the GET that found the evicted key gone took only {waited:.3f} s"
 
 
 @pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi-exec"])
