@@ -395,6 +395,10 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         load = run_ycsb(args, "load", srv.port, args.load_clients, [], timeout=3600, sock=srv.sock)
         if int(load.get("errors", 1)) or load["exit"]:
             raise RuntimeError("%s: load had errors: %s" % (system, load))
+        if args.maxmemory:  # Redis then checks for evictions before every command
+            reply = redis_cmd(srv.port, "CONFIG", "SET", "maxmemory", str(args.maxmemory))
+            if not reply.startswith("+OK"):
+                raise RuntimeError("%s: CONFIG SET maxmemory answered %r" % (system, reply))
         for i in range(args.volatile_keys):  # keys with a TTL: Redis's expire cycles then run every pass
             reply = redis_cmd(srv.port, "SET", "ttl:%d" % i, "v", "EX", "86400")
             if not reply.startswith("+OK"):
@@ -488,6 +492,9 @@ def write_md(args, rows, path, meta, recovery_rows):
                "load with %d clients, then %.1f s of run per cell; ycsb_redis threads: %d; "
                "repetitions: %d (median shown)" % (args.records, args.load_clients, args.seconds,
                                                     args.ycsb_threads, args.repeat))
+    if getattr(args, "maxmemory", 0):
+        out.append("- after the load, `CONFIG SET maxmemory %d` (above what the data needs: nothing is "
+                   "evicted, but Redis checks for evictions before every command)" % args.maxmemory)
     if getattr(args, "volatile_keys", 0):
         out.append("- after the load, %d more keys set with a TTL of a day (`ttl:<i>`), so that Redis's "
                    "expire cycles run in every event-loop pass, as in any dataset with TTLs; the workload "
@@ -1105,6 +1112,9 @@ def main():
     p.add_argument("--out", default=os.path.join(os.getcwd(), "redis-bench-results"),
                    help="output directory: results.csv, results.md, PNG figures (default ./redis-bench-results)")
     p.add_argument("--replot", action="store_true", help="only redo results.md and PNGs from results.csv")
+    p.add_argument("--maxmemory", type=int, default=0, metavar="BYTES",
+                   help="after each load, CONFIG SET maxmemory BYTES on every server (set it above what the "
+                        "data needs: Redis then checks for evictions before every command; default 0: unset)")
     p.add_argument("--volatile-keys", type=int, default=0, metavar="N",
                    help="after each load, SET N more keys with a TTL of a day, so that Redis's expire "
                         "cycles run in every event-loop pass, as in any dataset with TTLs (default 0)")
@@ -1182,7 +1192,7 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock", "volatile_keys")}
+                    "durable", "stock", "volatile_keys", "maxmemory")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
