@@ -714,20 +714,13 @@ void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
     *hi = heap_hi;
 }
 
-static long key_slot(int dbid, robj *key);
+static void stamp_key(int dbid, robj *key, uint64_t t);
 
 void mangoKeyDeleted(redisDb *db, robj *key)
 {
     if (!mango_on || !pipelined || write_depth == 0) return;
     int paused = mangoTransientBegin(); /* bookkeeping: not logged */
-    uint64_t t = mango_reply_ticket();
-    if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots);
-    long s = key_slot(db->id, key);
-    if (s < 0) {
-        if (t > global_ticket) global_ticket = t;
-    } else if (t > key_slots[s]) {
-        key_slots[s] = t;
-    }
+    stamp_key(db->id, key, mango_reply_ticket());
     mangoTransientEnd(paused);
 }
 
@@ -894,6 +887,19 @@ static int command_keys(client *c, getKeysResult *r)
     return n < 0 ? -1 : n;
 }
 
+/* Raise the slot of (dbid, key) to ticket t (a key that has no slot: the
+ * global ticket). The table is transient: the caller has the batch paused. */
+static void stamp_key(int dbid, robj *key, uint64_t t)
+{
+    if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots);
+    long s = key_slot(dbid, key);
+    if (s < 0) {
+        if (t > global_ticket) global_ticket = t;
+    } else if (t > key_slots[s]) {
+        key_slots[s] = t;
+    }
+}
+
 static void stamp_write_keys(client *c, uint64_t t)
 {
     const char *name = c->cmd->fullname;
@@ -903,12 +909,7 @@ static void stamp_write_keys(client *c, uint64_t t)
     if (n <= 0 || !strcasecmp(name, "move") || !strcasecmp(name, "copy")) {
         if (t > global_ticket) global_ticket = t;
     } else {
-        if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots); /* paused: transient */
-        for (int i = 0; i < n; i++) {
-            long s = key_slot(c->db->id, c->argv[r.keys[i].pos]);
-            if (s < 0) { if (t > global_ticket) global_ticket = t; continue; }
-            if (t > key_slots[s]) key_slots[s] = t;
-        }
+        for (int i = 0; i < n; i++) stamp_key(c->db->id, c->argv[r.keys[i].pos], t);
     }
     getKeysFreeResult(&r);
 }
@@ -1477,6 +1478,19 @@ static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
     return cmd && (adds_keys_without_denyoom(cmd) || adds_ttl_without_denyoom(cmd, argv, argc));
 }
 
+/* Is the command one heap_refusal() looks at? */
+static int heap_checked(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return may_grow(cmd, argv, argc) || may_add_entries(cmd, argv, argc);
+}
+
+/* The database a queued SELECT moves the commands after it to; NULL for
+ * other commands (and a SELECT Redis will refuse). */
+static redisDb *selected_db(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && cmd->proc == selectCommand && argc == 2 ? db_named(argv[1]) : NULL;
+}
+
 /* DEBUG POPULATE count [prefix] [size] makes "prefix:N" keys with
  * "value:N" values (or values of size bytes): into g their bytes (a
  * dictEntry, the key's sds, the value's object, as the heap rounds them;
@@ -1492,9 +1506,9 @@ static void populate_growth(client *c, robj **argv, int argc, uint64_t capacity,
     for (uint64_t x = n - 1; x >= 10; x /= 10) digits++;
     uint64_t key = (argc >= 4 && sdsEncodedObject(argv[3]) ? sdslen(argv[3]->ptr) : 3) + 1 + digits;
     uint64_t value = size ? (uint64_t)size : 6 + digits;
-    uint64_t per_key = 32 + ((key + 2 + 15) & ~15ull) +
-                       (value <= 44 ?  (value + 20 + 15) & ~15ull
-                                                                : 16 + ((value + 10 + 15) & ~15ull));
+#define ROUND16(x) (((x) + 15) & ~15ull)
+    uint64_t per_key = 32 + ROUND16(key + 2) + (value <= 44 ? ROUND16(value + 20) : 16 + ROUND16(value + 10));
+#undef ROUND16
     g->bytes += n > capacity / per_key ? capacity + 1 : n * per_key; /* (more than the heap: refused) */
     if (value >= BIG_ARGUMENT) { /* each value a large chunk: in one piece, as the others */
         uint64_t each = chunk_room(value);
@@ -1513,7 +1527,6 @@ static void populate_growth(client *c, robj **argv, int argc, uint64_t capacity,
     }
     if (used + n > buckets) growth_add(g, table_for(used + n));
 }
-
 
 /* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
  * queued) cannot run now, as an error reply, or NULL if it may. c runs the
@@ -1534,15 +1547,18 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     redisDb *home = c->db;
     for (int k = 0; !exec && (c->flags & CLIENT_MULTI) && k < c->mstate.count; k++) {
         multiCmd *m = &c->mstate.commands[k]; /* being queued: after the SELECTs queued before it */
-        if (m->cmd && m->cmd->proc == selectCommand && m->argc == 2 && db_named(m->argv[1])) c->db = db_named(m->argv[1]);
+        redisDb *db = selected_db(m->cmd, m->argv, m->argc);
+        if (db) c->db = db;
     }
     for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
         struct redisCommand *cmd = m ? m->cmd : c->cmd;
         robj **argv = m ? m->argv : c->argv;
         int argc = m ? m->argc : c->argc;
-        if (m && cmd && cmd->proc == selectCommand && argc == 2 && db_named(argv[1])) c->db = db_named(argv[1]);
-        if (may_grow(cmd, argv, argc)) {
+        redisDb *db = m ? selected_db(cmd, argv, argc) : NULL;
+        if (db) c->db = db;
+        int grows_memory = may_grow(cmd, argv, argc);
+        if (grows_memory) {
             grows = 1;
             argcs += (uint64_t)argc;
             growth_add(&g, string_growth(c, cmd, argv, argc));
@@ -1567,7 +1583,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         /* The keyspace and expires it adds keys to (expires: only commands
          * that can set a TTL); MOVE and COPY ... DB add them to another
          * database. */
-        uint64_t keys = may_grow(cmd, argv, argc) || adds_keys_without_denyoom(cmd) ? keys_added_at_most(cmd, argc) : 0;
+        uint64_t keys = grows_memory || adds_keys_without_denyoom(cmd) ? keys_added_at_most(cmd, argc) : 0;
         if (is_populate(cmd, argv, argc)) {
             populate_growth(c, argv, argc, capacity, &g);
             keys = 0; /* its table is counted there (not for the commands after it in an EXEC) */
@@ -1635,11 +1651,9 @@ int mangoRefuseCommand(client *c)
      * not estimated (a module's allocations) can still reach the abort;
      * maxmemory below the heap's capacity makes it rarer. */
     int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
-    int check = may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd, c->argv, c->argc);
-    for (int k = 0; exec && !check && k < c->mstate.count; k++) {
-        multiCmd *m = &c->mstate.commands[k];
-        check = may_grow(m->cmd, m->argv, m->argc) || may_add_entries(m->cmd, m->argv, m->argc);
-    }
+    int check = heap_checked(c->cmd, c->argv, c->argc);
+    for (int k = 0; exec && !check && k < c->mstate.count; k++)
+        check = heap_checked(c->mstate.commands[k].cmd, c->mstate.commands[k].argv, c->mstate.commands[k].argc);
     if (check) {
         sds why = heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));
         if (why) {
@@ -1676,7 +1690,7 @@ int mangoRefuseScriptCommand(client *c, sds *err)
     /* The same heap check for a command a script calls: Redis's own check
      * there (scriptVerifyOOM) runs only with maxmemory and only before the
      * script's first write. A script client's argv_len_sum is not kept. */
-    if (!mango_on || !(may_grow(c->cmd, c->argv, c->argc) || may_add_entries(c->cmd, c->argv, c->argc))) return 0;
+    if (!mango_on || !heap_checked(c->cmd, c->argv, c->argc)) return 0;
     uint64_t args = 0;
     for (int j = 0; j < c->argc; j++)
         if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
