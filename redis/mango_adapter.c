@@ -95,7 +95,8 @@ static int mango_recovered; /* the pool held a state */
  * restore it from the pool); see recount_used_memory(). */
 static size_t used_memory_before_init, used_memory_restored;
 static int write_depth;     /* nesting of write sections */
-static int deletion_section; /* the outermost write section is a deletion section (mangoDeletionsBegin) */
+static int keyed_section; /* the outermost write section stamps the keys it changes (deletion sections,
+                          * serving blocked clients, the graveyard's steps): no global ticket */
 /* mangoNoteReply runs once per addReply* (21 times for an HGETALL of 10
  * fields), and within one command its answer does not change. note_epoch is
  * bumped wherever it could (a command or a write section begins or ends, a
@@ -488,36 +489,58 @@ void mangoWriteEnd(void)
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {
         if (t > cmd_dep) cmd_dep = t;
-    } else if (!deletion_section && t > global_ticket) {
-        global_ticket = t; /* eviction, serving blocked clients, ...: keys unknown */
+    } else if (!keyed_section && t > global_ticket) {
+        global_ticket = t; /* outside commands, keys unknown */
     }
 }
 
-/* Deletion sections (mango_adapter.h): serverCron's databasesCron() (active
+/* Keyed sections: write sections outside commands whose every change a
+ * client can see is to keys they stamp themselves, so they do not raise the
+ * global ticket (a plain write section outside a command makes every read
+ * wait for its batch, as with AOF-always). Keyless reads (INFO's counters,
+ * DBSIZE, SCAN) wait for everything submitted, as before.
+ *
+ * Deletion sections (mango_adapter.h): serverCron's databasesCron() (active
  * expiry, dict resizing and rehashing, defragmentation: only the deletions
  * are visible), the fast expire cycle that beforeSleep() runs every pass
- * while any key has a TTL, and performEvictions(), which processCommand()
- * runs before every command while maxmemory is set. As plain write
- * sections they raised the global ticket in every pass (with maxmemory:
- * before every command), so with TTLs in the dataset or maxmemory set
- * every read waited for the latest batch, as with AOF-always. Each expired
- * or evicted key is stamped instead (mangoKeyDeleted). The stamp is
- * needed: an evicted key would come back with a lost batch, and a command
- * that names an expired key can see its deletion without checking the TTL
- * (MEMORY USAGE answers nil for a deleted key, the key's size for one a
- * crash brought back past its TTL). Keyless reads (INFO's counters,
- * DBSIZE, SCAN) wait for everything submitted, as before. */
-void mangoDeletionsBegin(void)
+ * while any key has a TTL, performEvictions(), which processCommand() runs
+ * before every command while maxmemory is set, and the deletion of an
+ * expired key a lookup finds. As plain write sections they made every read
+ * wait for the latest batch while the dataset had TTLs or maxmemory was
+ * set. Each expired or evicted key is stamped (mangoKeyDeleted). The stamp
+ * is needed: an evicted key would come back with a lost batch, and a
+ * command that names an expired key can see its deletion without checking
+ * the TTL (MEMORY USAGE answers nil for a deleted key, the key's size for
+ * one a crash brought back past its TTL).
+ *
+ * Serving blocked clients (handleClientsBlockedOnKeys, after every command
+ * that readies a key someone blocks on, and in beforeSleep): each key served
+ * is stamped as its turn comes (mangoKeyServed), and so is a BLMOVE's
+ * destination; keys readied while serving (a BLMOVE pushing to a key another
+ * client blocks on) come to their turn in the same loop. The served clients'
+ * replies are added inside the section: they wait for its batch. While any
+ * client is blocked by a module, which may change any key, every served key
+ * raises the global ticket instead. Before, a queue served by BLPOP workers
+ * made every read wait for the latest batch.
+ *
+ * The graveyard's steps (mango_release.c) free values no key reaches any
+ * more: nothing a keyed read can see. */
+static void keyed_section_begin(void)
 {
-    if (mango_on && write_depth == 0) deletion_section = 1;
+    if (mango_on && write_depth == 0) keyed_section = 1;
     mangoWriteBegin();
 }
 
-void mangoDeletionsEnd(void)
+static void keyed_section_end(void)
 {
     mangoWriteEnd();
-    if (write_depth == 0) deletion_section = 0;
+    if (write_depth == 0) keyed_section = 0;
 }
+
+void mangoDeletionsBegin(void) { keyed_section_begin(); }
+void mangoDeletionsEnd(void) { keyed_section_end(); }
+void mangoServeBlockedBegin(void) { keyed_section_begin(); }
+void mangoServeBlockedEnd(void) { keyed_section_end(); }
 
 /* Ends the open batch and waits until it is durable. */
 static void commit_sync(void)
@@ -721,6 +744,19 @@ void mangoKeyDeleted(redisDb *db, robj *key)
     if (!mango_on || !pipelined || write_depth == 0) return;
     int paused = mangoTransientBegin(); /* bookkeeping: not logged */
     stamp_key(db->id, key, mango_reply_ticket());
+    mangoTransientEnd(paused);
+}
+
+void mangoKeyServed(redisDb *db, robj *key)
+{
+    if (!mango_on || !pipelined || write_depth == 0) return;
+    int paused = mangoTransientBegin();
+    uint64_t t = mango_reply_ticket();
+    if (server.blocked_clients_by_type[BLOCKED_MODULE]) {
+        if (t > global_ticket) global_ticket = t; /* a module's client may change any key */
+    } else {
+        stamp_key(db->id, key, t);
+    }
     mangoTransientEnd(paused);
 }
 

@@ -47,11 +47,12 @@ void mangoLoadingProgress(size_t processed_bytes);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
-/* The same around serverCron's databasesCron(), the fast expire cycle and
- * performEvictions(): a write section whose only change a client can see
- * is the deletion of expired or evicted keys, each stamped by
- * mangoKeyDeleted(), so reads of other keys need not wait for its batch (a
- * plain write section outside a command makes every read wait for it). */
+/* The same around serverCron's databasesCron(), the fast expire cycle,
+ * performEvictions(), expireIfNeeded()'s deletion and the graveyard's steps:
+ * a write section whose only change a client can see is the deletion of
+ * expired or evicted keys, each stamped by mangoKeyDeleted(), so reads of
+ * other keys need not wait for its batch (a plain write section outside a
+ * command makes every read wait for it). */
 void mangoDeletionsBegin(void);
 void mangoDeletionsEnd(void);
 /* deleteExpiredKeyAndPropagate(), performEvictions(): reads of key wait for
@@ -59,6 +60,13 @@ void mangoDeletionsEnd(void);
 struct redisDb;
 struct redisObject;
 void mangoKeyDeleted(struct redisDb *db, struct redisObject *key);
+/* The same around handleClientsBlockedOnKeys(): the served clients change
+ * only the keys they are served from and BLMOVE's destinations, each stamped
+ * by mangoKeyServed() (from handleClientsBlockedOnKeys()'s loop and
+ * serveClientsBlockedOnListKey()). Their replies wait for the open batch. */
+void mangoServeBlockedBegin(void);
+void mangoServeBlockedEnd(void);
+void mangoKeyServed(struct redisDb *db, struct redisObject *key);
 struct client;
 /* processCommand(), before running c's command: refuse it (reply sent, 1)?
  * REPLICAOF host port is (a replica's full sync loads the master's data

@@ -389,7 +389,7 @@ int mangoReleaseStep(void)
     mango_batch_room(NULL, &cap);
     step_budget b = {.deadline_ns = now_ns() + RELEASE_STEP_NS, .room = cap / RELEASE_ROOM_DIVISOR,
                      .max = test_per_pass > 0 ? (unsigned long)test_per_pass : ~0ul};
-    mangoWriteBegin();
+    mangoDeletionsBegin(); /* what it frees no key reaches: no read waits for it */
     while (graves_head && !b.out) {
         grave *g = graves_head;
         if (!(g->obj ? release_object_step(g, &b) : release_db_step(g, &b))) break;
@@ -397,7 +397,7 @@ int mangoReleaseStep(void)
         if (!graves_head) graves_tail = NULL;
         zfree(g);
     }
-    mangoWriteEnd();
+    mangoDeletionsEnd();
     return graves_head != NULL && test_per_pass <= 0;
 }
 

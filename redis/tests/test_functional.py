@@ -2158,6 +2158,29 @@ def test_release_resumes_after_a_kill(server_factory, mode):
     wait_released(r, base)
 
 
+def test_reads_do_not_wait_for_the_release_of_a_flushed_database(server_factory):
+    """The graveyard's steps free what no key reaches any more, in each
+    pass's batch, outside commands. As plain write sections they raised the
+    global ticket, so while a flushed database was released every read
+    waited for the latest step's batch (300 ms syncs in sim mode: a GET took
+    0.3-0.6 s). They are keyed sections now: a GET of a key is answered at
+    once, while the release goes on."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000", "MANGO_REDIS_TEST_RELEASE_PER_PASS": "500"})
+    r = s.client()
+    base = used_memory(r)
+    load_hashes(r, 2000)
+    assert r.flushall() and r.set("kept", "v")  # steps under way, their batches syncing one after the other
+    waits = []
+    for _ in range(3):
+        t0 = time.monotonic()
+        assert r.get("kept") == b"v"
+        waits.append(time.monotonic() - t0)
+    assert max(waits) < 0.15, f"GETs during the release took {[round(w, 3) for w in waits]} s"
+    # INFO runs at once (its reply waits for everything): the memory it sees
+    # is what the release had left when the GETs were answered, or less.
+    assert used_memory(r) > base + (1 << 20), "the release ended before the GETs; the test saw nothing"
+
+
 def test_maxmemory_evictions_are_durable(srv):
     """maxmemory eviction deletes keys from performEvictions(), outside any
     command; the patch runs it in a write section. With 4 MB and allkeys-lru
@@ -2628,6 +2651,86 @@ def test_a_read_of_an_evicted_key_waits_for_the_eviction(server_factory):
     r = s.client()
     assert r.exists("victim") == 0 and r.strlen("big") == 2 << 20
     assert waited > 0.25, f"the GET that found the evicted key gone took only {waited:.3f} s"
+
+
+def test_serving_a_blocked_client_does_not_make_every_read_wait(server_factory):
+    """A push to a key a client blocks on serves that client after the
+    command, in a write section outside it. As a plain write section that
+    raised the global ticket, so with BLPOP workers every read waited for
+    the latest batch (a GET of a key no batch wrote: 0.25 s behind a 300 ms
+    sync). It is a keyed section now, which stamps the keys it serves: the
+    GET is answered at once, while the push and the pop still wait."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    a, c = s.client(), s.client()
+    t_pop, popped = blocked_call(s, lambda b: (b.blpop(["q"], timeout=10), time.monotonic()))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == 1, what="blocked client")
+    done = {}
+
+    def push():
+        assert a.lpush("q", "x") == 1
+        done["push"] = time.monotonic()
+
+    t = threading.Thread(target=push, daemon=True)
+    t0 = time.monotonic()
+    t.start()
+    time.sleep(0.05)  # the push and the pop's batch syncing
+    assert c.get("other") is None
+    waited = time.monotonic() - t0
+    t.join(10)
+    t_pop.join(10)
+    assert popped["r"][0] == (b"q", b"x")
+    assert done["push"] - t0 > 0.25 and popped["r"][1] - t0 > 0.25, \
+        "the push or the pop did not wait for its 300 ms sync; timing off"
+    assert waited < 0.2, f"a GET of a key no batch wrote took {waited:.3f} s (the push's sync took 300 ms)"
+
+
+@pytest.mark.parametrize("chain", [False, True], ids=["blmove", "blmove-chain"])
+def test_a_read_of_a_blmove_destination_waits_for_the_serving(server_factory, chain):
+    """A blocked BLMOVE served by a push writes its destination, a key the
+    push does not name. The serving stamps it: an LRANGE of the destination
+    (from a third client, a moment later) is answered only once the batch is
+    durable, so after a kill -9 right after the LRANGE the element is still
+    there. In the chain, a second BLMOVE blocks on the first one's
+    destination: the push readies it while the first is served, and the
+    second's destination is read."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    a, c = s.client(), s.client()
+    last = "dst2" if chain else "dst"
+
+    def blmove(src, dst):
+        def call(b):
+            try:
+                return b.blmove(src, dst, 10, "LEFT", "RIGHT")
+            except RedisConnectionError:
+                return None  # killed before its reply
+        return call
+
+    blocked = [blocked_call(s, blmove("src", "dst"))]
+    if chain:
+        wait_until(lambda: c.info("clients")["blocked_clients"] == 1, what="first BLMOVE blocked")
+        blocked.append(blocked_call(s, blmove("dst", "dst2")))
+    wait_until(lambda: c.info("clients")["blocked_clients"] == len(blocked), what="blocked BLMOVEs")
+
+    def push():
+        try:
+            a.rpush("src", "x")
+        except RedisConnectionError:
+            pass  # killed before its reply
+
+    t = threading.Thread(target=push, daemon=True)
+    t.start()
+    time.sleep(0.05)  # the push's batch, with the serving, syncing
+    t0 = time.monotonic()
+    seen = c.lrange(last, 0, -1)
+    waited = time.monotonic() - t0
+    s.restart("kill")  # at once: a batch still in flight is lost (sim mode)
+    t.join(10)
+    for bt, _ in blocked:
+        bt.join(10)
+    r = s.client()
+    assert seen == [b"x"]
+    assert r.lrange(last, 0, -1) == [b"x"], "the destination's element, already read, was lost"
+    assert waited > 0.2, f"the LRANGE of the destination took only {waited:.3f} s"
 
 
 @pytest.mark.parametrize("transaction", [False, True], ids=["pipeline", "multi-exec"])
