@@ -81,6 +81,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -96,7 +97,8 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
-              "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op"]
+              "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
+              "queue_pushes", "queue_pops"]
 
 
 def log(*a):
@@ -192,6 +194,74 @@ def reply_line(s):
             break
         buf += d
     return buf.split(b"\r\n")[0].decode(errors="replace")
+
+
+def resp_request(*args):
+    req = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        req += b"$%d\r\n%s\r\n" % (len(a), a)
+    return req
+
+
+class QueueLoad:
+    """--queue-rate: a queue beside the YCSB run. One producer LPUSHes to
+    queue:0 at a steady rate (its own connection), one consumer waits in
+    BLPOP queue:0 (1 s timeout) and pops each element, so Redis serves a
+    blocked client after most pushes (handleClientsBlockedOnKeys), as with
+    workers on a job queue. Counts pushes and pops."""
+
+    def __init__(self, port, rate):
+        self.port, self.rate = port, rate
+        self.stop = threading.Event()
+        self.pushes = self.pops = 0
+        self.error = None
+        self.threads = [threading.Thread(target=self._guard, args=(f,), daemon=True)
+                        for f in (self._consume, self._produce)]
+
+    def start(self):
+        for t in self.threads:
+            t.start()
+        time.sleep(0.05)  # the consumer blocked before the first push
+
+    def finish(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(10)
+        if self.error:
+            raise RuntimeError("queue load: %s" % self.error)
+        return self.pushes, self.pops
+
+    def _guard(self, fn):
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=30) as sock:
+                fn(sock, sock.makefile("rb"))
+        except Exception as e:  # reported by finish()
+            self.error = self.error or "%s: %s" % (fn.__name__, e)
+            self.stop.set()
+
+    def _consume(self, sock, f):
+        while not self.stop.is_set():
+            sock.sendall(resp_request("BLPOP", "queue:0", "1"))
+            head = f.readline()
+            if head.startswith(b"*2"):
+                for _ in range(4):  # $len, key, $len, value
+                    f.readline()
+                self.pops += 1
+            elif not head.startswith(b"*-1"):
+                raise RuntimeError("BLPOP answered %r" % head)
+
+    def _produce(self, sock, f):
+        t0 = time.monotonic()
+        while not self.stop.is_set():
+            sock.sendall(resp_request("LPUSH", "queue:0", "job"))
+            head = f.readline()
+            if not head.startswith(b":"):
+                raise RuntimeError("LPUSH answered %r" % head)
+            self.pushes += 1
+            delay = t0 + self.pushes / self.rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
 
 
 class Server:
@@ -408,8 +478,16 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         s0 = proc_cpu_seconds(srv.proc.pid)
         if target:
             mixarg += ["--target", "%.0f" % target]
-        res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
-                       timeout=args.seconds * 5 + 120, sock=srv.sock)
+        queue = QueueLoad(srv.port, args.queue_rate) if args.queue_rate > 0 else None
+        if queue:
+            queue.start()
+        try:
+            res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
+                           timeout=args.seconds * 5 + 120, sock=srv.sock)
+        finally:
+            if queue:
+                queue.stop.set()
+        qpush, qpop = queue.finish() if queue else ("", "")
         idle, steal = cpu_share(t0, cpu_times())
         s1 = proc_cpu_seconds(srv.proc.pid)
         server_cpu = ("%.2f" % ((s1 - s0) * 1e6 / int(res["ops"]))
@@ -425,7 +503,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""),
                     read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""),
                     target_ops_per_sec=res.get("target_ops_per_sec", ""),
-                    intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu)
+                    intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu,
+                    queue_pushes=qpush, queue_pops=qpop)
     finally:
         srv.close()
 
@@ -499,6 +578,13 @@ def write_md(args, rows, path, meta, recovery_rows):
         out.append("- after the load, %d more keys set with a TTL of a day (`ttl:<i>`), so that Redis's "
                    "expire cycles run in every event-loop pass, as in any dataset with TTLs; the workload "
                    "does not touch them" % args.volatile_keys)
+    if getattr(args, "queue_rate", 0):
+        qrows = [r for r in rows if r.get("status") == "ok" and r.get("queue_pushes") not in (None, "")]
+        pushes = sum(int(r["queue_pushes"]) for r in qrows)
+        pops = sum(int(r["queue_pops"]) for r in qrows)
+        out.append("- during each run a queue beside the workload: one producer LPUSHes at %g/s, one consumer "
+                   "waits in BLPOP, so Redis serves a blocked client after most pushes (%d pushes, %d pops "
+                   "over the runs shown)" % (args.queue_rate, pushes, pops))
     out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
                "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
                    args.fs_dir, meta["fs_type"], args.shm_dir))
@@ -1118,6 +1204,10 @@ def main():
     p.add_argument("--volatile-keys", type=int, default=0, metavar="N",
                    help="after each load, SET N more keys with a TTL of a day, so that Redis's expire "
                         "cycles run in every event-loop pass, as in any dataset with TTLs (default 0)")
+    p.add_argument("--queue-rate", type=float, default=0, metavar="PUSHES_PER_S",
+                   help="during each run, a queue beside the workload: one producer LPUSHes this many "
+                        "times a second and one consumer pops in BLPOP, so Redis serves a blocked client "
+                        "after most pushes (default 0: none)")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
     p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
     args = p.parse_args()
@@ -1192,7 +1282,7 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock", "volatile_keys", "maxmemory")}
+                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
