@@ -80,6 +80,10 @@ int mangoRefuseCommand(struct client *c);
  * when the pool's durable heap has no room for it, as mangoRefuseCommand
  * does for clients' commands? (A failed allocation aborts Redis.) */
 int mangoRefuseScriptCommand(struct client *c, char **err);
+/* mango_heap_check.c: NULL if the durable heap has room for what c's command
+ * (an EXEC: the commands it queued) may make, else the OOM error to answer
+ * (an sds; the caller frees it). */
+char *mangoHeapRefusal(struct client *c);
 /* call(): every command, outermost or nested (MULTI/EXEC, scripts). A
  * CMD_WRITE command runs in a write section, its arguments made durable
  * copies (Redis stores them in the keyspace as they are, e.g. SET's value),

@@ -1,0 +1,661 @@
+/* mango_heap_check.c -- room in the durable heap for a command, before it runs
+ * (durable Redis).
+ *
+ * Compiled into redis-server next to mango_adapter.c (see docs/redis.md, "A
+ * full pool", and the processCommand() row of "What the patch changes").
+ *
+ * The pool's durable heap has a fixed size, and Redis aborts on an
+ * allocation that fails ("OUT OF MEMORY", a bug report, the pool intact).
+ * So a command that may grow memory is refused with an OOM error, before it
+ * runs, while the heap's room is short of what it may make
+ * (mangoHeapRefusal, from mangoRefuseCommand; mangoRefuseScriptCommand for
+ * a command a script calls):
+ *   - twice its arguments (a durable copy of each, and the value built
+ *     from them), ARGUMENT_OVERHEAD bytes an argument, and a reserve
+ *     (heap_reserve);
+ *   - the strings it grows (SETRANGE, SETBIT, BITFIELD, APPEND, BITOP, COPY);
+ *   - the tables its dicts double into: the keyspace and expires of the
+ *     database it adds keys to, the hash, set or sorted set it adds to;
+ *   - the values it builds from keys it reads (SUNIONSTORE, SORT, COPY ...);
+ *   - for DEBUG POPULATE, the table it expands to and the keys it makes.
+ * An EXEC is judged by the commands it queued, in the database a queued
+ * SELECT moves them to. Large arguments and the large strings and tables
+ * must also find free room in one piece (mango_heap_fits), after a reclaim
+ * of freed small objects if needed. What is not estimated (a module's
+ * allocations) can still reach the abort; maxmemory below the heap's
+ * capacity makes it rarer.
+ */
+#include "server.h"
+#include "mango_adapter.h"
+#include "mango.h"
+
+#include <stdint.h>
+#include <string.h>
+#include <strings.h>
+
+/* Room the durable heap keeps for what a command makes beyond its
+ * arguments (dict tables, reply buffers, the graveyard's steps): 1/32 of it,
+ * at least 1 MiB. */
+static uint64_t heap_reserve(uint64_t capacity)
+{
+    return capacity / 32 > (1u << 20) ? capacity / 32 : (1u << 20);
+}
+
+/* Arguments from this size on are checked for room in one piece. */
+#define BIG_ARGUMENT (64u << 10)
+
+/* The chunk a large allocation of len bytes takes: a page multiple with the
+ * heap's 8-byte header (sds adds up to 17 bytes). */
+static uint64_t chunk_room(uint64_t len)
+{
+    return (len + 8 + 17 + 4095) & ~(uint64_t)4095;
+}
+
+/* The room in one piece that the command's big arguments (those of the
+ * queued commands for EXEC) need for a durable copy each. *largest: the
+ * longest. */
+static uint64_t big_arguments_room(client *c, int exec, uint64_t *largest)
+{
+    uint64_t room = 0;
+    for (int k = -1; k < (exec ? c->mstate.count : 0); k++) {
+        robj **argv = k < 0 ? c->argv : c->mstate.commands[k].argv;
+        int argc = k < 0 ? c->argc : c->mstate.commands[k].argc;
+        for (int j = 0; j < argc; j++) {
+            if (!argv[j] || !sdsEncodedObject(argv[j])) continue;
+            size_t len = sdslen(argv[j]->ptr);
+            if (len < BIG_ARGUMENT) continue;
+            room += chunk_room(len);
+            if (len > *largest) *largest = len;
+        }
+    }
+    return room;
+}
+
+/* ---- strings a command grows ------------------------------------------------ *
+ * A few commands make a string far larger than their arguments: SETRANGE k
+ * 200000000 x asks for 200 MB, as do SETBIT and BITFIELD with a large
+ * offset; APPEND reallocates its value, BITOP makes a string as long as its
+ * longest source, COPY duplicates one. Counting only their arguments, the
+ * heap check let them run into an allocation that failed, and Redis aborted
+ * for OUT OF MEMORY (any client could stop the server so). Their result is
+ * estimated before they run, from the key as it is now: the new string's
+ * length, and the allocation sds makes for it (an existing string grows
+ * greedily, as sdsMakeRoomFor does: twice the length below 1 MiB, 1 MiB more
+ * above; unless the string already has the room). A command Redis will
+ * refuse by itself (a bad offset, a wrong type, past proto-max-bulk-len) is
+ * estimated at 0, so that it gets Redis's own error. */
+
+/* The value at key, looked up with no side effect (no expiry, no access
+ * time; no rehash step outside a write section, mangoDictMayRehash): NULL
+ * when the key is missing. */
+static robj *peek_value(client *c, robj *key)
+{
+    return key && sdsEncodedObject(key) ? dictFetchValue(c->db->dict, key->ptr) : NULL;
+}
+
+/* The string value at key: NULL when the key is missing or holds another
+ * type (*other then set). */
+static robj *peek_string(client *c, robj *key, int *other)
+{
+    robj *o = peek_value(c, key);
+    *other = o && o->type != OBJ_STRING;
+    return *other ? NULL : o;
+}
+
+/* What making the string o (NULL: a new one) target bytes long allocates.
+ * (The callers leave out what Redis refuses by itself, as Redis checks it:
+ * SETRANGE and APPEND their result's length, SETBIT and BITFIELD each
+ * offset, which lets a BITFIELD reach up to 8 bytes past
+ * proto-max-bulk-len.) */
+static uint64_t string_allocation(robj *o, uint64_t target)
+{
+    if (!o) return target;                            /* sdsnewlen: exact */
+    if (target <= stringObjectLen(o)) return 0;
+    if (o->encoding == OBJ_ENCODING_RAW && o->refcount == 1 && sdsalloc(o->ptr) >= target) return 0;
+    return target < SDS_MAX_PREALLOC ? 2 * target : target + SDS_MAX_PREALLOC;
+}
+
+static int arg_ll(robj *o, long long *v)
+{
+    return o && sdsEncodedObject(o) && string2ll(o->ptr, sdslen(o->ptr), v);
+}
+
+/* BITFIELD key [GET type offset] [SET type offset value] [INCRBY type offset
+ * increment] [OVERFLOW how]: the byte length its writes need, 0 with none
+ * (or a malformed request, which Redis refuses). */
+static uint64_t bitfield_length(robj **argv, int argc)
+{
+    uint64_t highest = 0;
+    int writes = 0;
+    for (int j = 2; j < argc;) {
+        if (!sdsEncodedObject(argv[j])) return 0;
+        const char *op = argv[j]->ptr;
+        if (!strcasecmp(op, "overflow")) {
+            j += 2;
+            continue;
+        }
+        int set = !strcasecmp(op, "set"), incr = !strcasecmp(op, "incrby");
+        if ((!set && !incr && strcasecmp(op, "get")) || j + 2 >= argc) return 0;
+        if (!sdsEncodedObject(argv[j + 1]) || !sdsEncodedObject(argv[j + 2])) return 0;
+        const char *type = argv[j + 1]->ptr, *off = argv[j + 2]->ptr;
+        long long bits, offset;
+        if ((type[0] != 'i' && type[0] != 'u') || !string2ll(type + 1, strlen(type + 1), &bits) ||
+            bits < 1 || bits > 64)
+            return 0;
+        int scaled = off[0] == '#';
+        if (!string2ll(off + scaled, strlen(off + scaled), &offset) || offset < 0) return 0;
+        if (scaled) {
+            if (offset > LLONG_MAX / 64) return 0;
+            offset *= bits;
+        }
+        if ((offset >> 3) >= server.proto_max_bulk_len) return 0; /* Redis refuses it */
+        if (set || incr) {
+            if (j + 3 >= argc) return 0;
+            writes = 1;
+            if ((uint64_t)offset + (uint64_t)bits - 1 > highest) highest = (uint64_t)offset + (uint64_t)bits - 1;
+            j += 4;
+        } else {
+            j += 3;
+        }
+    }
+    return writes ? (highest >> 3) + 1 : 0;
+}
+
+/* The largest string the command (not queued: run now) allocates beyond
+ * its arguments, in bytes; 0 for the other commands. */
+static uint64_t string_growth(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    int other;
+    long long v;
+    if (!cmd) return 0;
+    if (cmd->proc == appendCommand && argc == 3 && sdsEncodedObject(argv[2])) {
+        robj *o = peek_string(c, argv[1], &other);
+        uint64_t target = o ? stringObjectLen(o) + sdslen(argv[2]->ptr) : 0;
+        return o && target <= (uint64_t)server.proto_max_bulk_len ? string_allocation(o, target) : 0;
+    }
+    if (cmd->proc == setrangeCommand && argc == 4 && sdsEncodedObject(argv[3])) {
+        if (!arg_ll(argv[2], &v) || v < 0 || sdslen(argv[3]->ptr) == 0) return 0;
+        uint64_t target = (uint64_t)v + sdslen(argv[3]->ptr);
+        if (target > (uint64_t)server.proto_max_bulk_len) return 0; /* refused */
+        robj *o = peek_string(c, argv[1], &other);
+        return other ? 0 : string_allocation(o, target);
+    }
+    if ((cmd->proc == setbitCommand && argc == 4) || cmd->proc == bitfieldCommand) {
+        uint64_t len;
+        if (cmd->proc == setbitCommand) {
+            if (!arg_ll(argv[2], &v) || v < 0 || (v >> 3) >= server.proto_max_bulk_len) return 0; /* refused */
+            len = ((uint64_t)v >> 3) + 1;
+        } else {
+            len = bitfield_length(argv, argc);
+        }
+        if (!len) return 0;
+        robj *o = peek_string(c, argv[1], &other);
+        return other ? 0 : string_allocation(o, len);
+    }
+    if (cmd->proc == bitopCommand && argc >= 4) {
+        uint64_t longest = 0;
+        for (int j = 3; j < argc; j++) {
+            robj *o = peek_string(c, argv[j], &other);
+            if (other) return 0;
+            if (o && stringObjectLen(o) > longest) longest = stringObjectLen(o);
+        }
+        return string_allocation(NULL, longest);
+    }
+    if (cmd->proc == copyCommand && argc >= 3) {
+        robj *o = peek_string(c, argv[1], &other);
+        return o ? string_allocation(NULL, stringObjectLen(o)) : 0;
+    }
+    return 0;
+}
+
+/* ---- tables a dict doubles into ----------------------------------------- *
+ * A dict that has as many entries as buckets allocates a table twice the
+ * size at its next insert: 8 MB for the keyspace's 524 288th key, 128 MB for
+ * its 8 388 608th. Filling a 64 MiB pool with small SETs made Redis abort
+ * there, with 46 of 58 MB in use, before the reserve was ever short. So a
+ * command is also counted the tables of the dicts it may add to, should it
+ * reach that point: the db's keyspace and expires, and the hash, set or
+ * sorted set at its first argument. */
+
+/* The largest table inserting up to adds entries into d allocates, in
+ * bytes, as _dictExpandIfNeeded decides it: an insert into a dict with as
+ * many entries as buckets doubles it (while rehashing, the new table is the
+ * one counted). 0 if none; 0 too when the dict's type refuses the next
+ * expansion now, as the keyspace does past maxmemory. adds is an upper
+ * bound (a command's arguments): a command is counted a table a few
+ * entries early. */
+static uint64_t next_table(dict *d, uint64_t adds)
+{
+    if (!d || adds == 0) return 0;
+    int t = dictIsRehashing(d) ? 1 : 0;
+    unsigned long size = DICTHT_SIZE(d->ht_size_exp[t]);
+    uint64_t used = d->ht_used[0] + d->ht_used[1], last = used + adds - 1; /* entries before the last insert */
+    if (size == 0 || last < size) return 0; /* (an empty dict's first table is 4 buckets) */
+    uint64_t next = size;
+    while (next <= last) next <<= 1;
+    uint64_t bytes = next * sizeof(dictEntry *);
+    if (!t && used >= size && d->type->expandAllowed &&
+        !d->type->expandAllowed(size * 2 * sizeof(dictEntry *), (double)used / size))
+        return 0;
+    return bytes;
+}
+
+/* How many keys a command may add: for a command whose key specs name one
+ * key each (SET, HSET, COPY, SMOVE, RENAME, ...), those that insert,
+ * overwrite or update (at least one); at most one per argument otherwise
+ * (MSET, SUNIONSTORE's sources, EVAL, commands without key specs). */
+static uint64_t keys_added_at_most(struct redisCommand *cmd, int argc)
+{
+    uint64_t n = 0;
+    for (int i = 0; cmd && i < cmd->key_specs_num; i++) {
+        keySpec *ks = &cmd->key_specs[i];
+        if (ks->find_keys_type != KSPEC_FK_RANGE || ks->fk.range.lastkey != 0) {
+            n = 0;
+            break;
+        }
+        if (ks->flags & (CMD_KEY_INSERT | CMD_KEY_OW | CMD_KEY_UPDATE)) n++;
+        else if (!n && i == cmd->key_specs_num - 1) n = 1;
+    }
+    if (n) return n;
+    return argc > 1 ? (uint64_t)argc - 1 : 0;
+}
+
+/* The dict of the hash, set or sorted set at key; NULL if it has none
+ * (missing, or a listpack or intset). */
+static dict *value_dict(client *c, robj *key)
+{
+    robj *o = peek_value(c, key);
+    if (!o) return NULL;
+    if ((o->type == OBJ_HASH || o->type == OBJ_SET) && o->encoding == OBJ_ENCODING_HT) return o->ptr;
+    if (o->type == OBJ_ZSET && o->encoding == OBJ_ENCODING_SKIPLIST) return ((zset *)o->ptr)->dict;
+    return NULL;
+}
+
+/* What a command makes beyond its arguments: bytes in all, the room in one
+ * piece its large allocations need, the largest. */
+typedef struct growth {
+    uint64_t bytes, room, largest;
+} growth;
+
+static void growth_add(growth *g, uint64_t n)
+{
+    g->bytes += n;
+    if (n >= BIG_ARGUMENT) g->room += chunk_room(n);
+    if (n > g->largest) g->largest = n;
+}
+
+/* ---- values a command builds from keys it reads ----------------------------- *
+ * COPY of a hash, SUNIONSTORE, ZUNIONSTORE, SORT ... STORE, GEOSEARCHSTORE
+ * and the like build a value from keys they only read (their key specs say
+ * RO) and store it under another key: it can be as large as those keys
+ * together, from arguments of a few bytes. Estimated before they run: the
+ * sources' sizes as MEMORY USAGE estimates them (objectComputeSize, 5
+ * samples; an intersection its smallest source, a difference its first),
+ * and, in one piece, a dict table for as many elements as they hold (the
+ * destination's, when it is a hash table; ZUNIONSTORE's accumulator too).
+ * Also SORT with no STORE: it is a write command, so its sort vector (16
+ * bytes an element, one piece) and the objects it makes come from the
+ * durable heap too (a SORT ... LIMIT 0 10 of a 200 000-member set made
+ * Redis abort on a nearly full heap). GEORADIUS without STORE is counted
+ * the same way (conservative: it may return the whole set). Strings are
+ * left to string_growth. */
+size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
+
+static uint64_t elements_of(robj *o)
+{
+    switch (o->type) {
+    case OBJ_LIST: return listTypeLength(o);
+    case OBJ_SET: return setTypeSize(o);
+    case OBJ_ZSET: return zsetLength(o);
+    case OBJ_HASH: return hashTypeLength(o);
+    default: return 0;
+    }
+}
+
+static uint64_t table_for(uint64_t entries)
+{
+    uint64_t buckets = 4;
+    while (buckets < entries) buckets <<= 1;
+    return buckets * sizeof(dictEntry *);
+}
+
+static void source_growth(client *c, struct redisCommand *cmd, robj **argv, int argc, growth *g)
+{
+    int reads = 0;
+    for (int i = 0; i < cmd->key_specs_num; i++)
+        if (cmd->key_specs[i].flags & CMD_KEY_RO) reads = 1;
+    if (!reads) return; /* (HSET, SET, LPUSH, ...: one look at their specs) */
+    /* An intersection is no larger than its smallest source (a missing one:
+     * empty), a difference than its first; other results than all of them. */
+    int smallest = cmd->proc == sinterstoreCommand || cmd->proc == zinterstoreCommand;
+    int first = cmd->proc == sdiffstoreCommand || cmd->proc == zdiffstoreCommand;
+    getKeysResult keys = GETKEYS_RESULT_INIT;
+    int n = getKeysFromCommandWithSpecs(cmd, argv, argc, GET_KEYSPEC_DEFAULT, &keys);
+    uint64_t bytes = 0, elements = 0;
+    int sources = 0;
+    for (int i = 0; i < n; i++) {
+        if (!(keys.keys[i].flags & CMD_KEY_RO) || keys.keys[i].pos >= argc) continue;
+        robj *key = argv[keys.keys[i].pos];
+        if (!sdsEncodedObject(key)) continue;
+        if (first && sources) break;
+        robj *o = peek_value(c, key);
+        uint64_t b = 0, e = 0;
+        if (o && o->type != OBJ_STRING) {
+            b = objectComputeSize(key, o, 5, c->db->id);
+            e = elements_of(o);
+        }
+        if (smallest && sources && b >= bytes) {
+            sources++;
+            continue;
+        }
+        bytes = smallest ? b : bytes + b;
+        elements = smallest ? e : elements + e;
+        sources++;
+    }
+    getKeysFreeResult(&keys);
+    g->bytes += bytes;
+    if (cmd->proc == sortCommand) {
+        growth_add(g, elements * 16); /* its vector: one redisSortObject per element, in one piece */
+    } else if (elements >= 128) {  /* below, a listpack or intset */
+        growth_add(g, table_for(elements));
+        if (cmd->proc == zunionstoreCommand) growth_add(g, table_for(elements)); /* its accumulator too */
+    }
+}
+
+/* The dicts a command (an EXEC: all it queued) adds to, each with the
+ * entries it may add in all, so that each table is counted once. */
+#define DICTS_NOTED 16
+typedef struct dicts_noted {
+    dict *d[DICTS_NOTED];
+    uint64_t adds[DICTS_NOTED];
+    int n;
+} dicts_noted;
+
+static void dict_note(dicts_noted *dn, growth *g, dict *d, uint64_t adds)
+{
+    for (int i = 0; i < dn->n; i++)
+        if (dn->d[i] == d) {
+            dn->adds[i] += adds;
+            return;
+        }
+    if (dn->n < DICTS_NOTED) {
+        dn->d[dn->n] = d;
+        dn->adds[dn->n++] = adds;
+    } else {
+        growth_add(g, next_table(d, adds)); /* many dicts: each on its own */
+    }
+}
+
+/* The arguments a command of these categories needs to add one entry to the
+ * value at its first argument: a set's member; a field and its value, a
+ * score and its member; a longitude, a latitude and a member. 0: another
+ * kind of command. */
+static int args_per_entry(struct redisCommand *cmd)
+{
+    if (cmd->acl_categories & ACL_CATEGORY_GEO) return 3;
+    if (cmd->acl_categories & ACL_CATEGORY_SET) return 1;
+    if (cmd->acl_categories & (ACL_CATEGORY_HASH | ACL_CATEGORY_SORTEDSET)) return 2;
+    return 0;
+}
+
+/* What each entry a command adds costs beyond its bytes, at most: a
+ * dictEntry (32 bytes as the heap rounds it), an sds header and the
+ * rounding of one or two small objects, or a skiplist node. Counted per
+ * argument: HSET h with 300 000 one-byte fields and values made Redis
+ * abort with 12 MB free, its arguments being 2 MB. */
+#define ARGUMENT_OVERHEAD 64
+
+/* ---- other keys' dicts, other databases, DEBUG POPULATE ------------------- *
+ * Most commands add to the value at their first key and to their own
+ * database. SMOVE adds its member to the set at its second key; MOVE and
+ * COPY ... DB add a key to another database's keyspace; a SELECT queued in
+ * MULTI makes the commands after it run in another database; DEBUG
+ * POPULATE n (no CMD_DENYOOM: DEBUG is an admin command) expands the
+ * keyspace's table to n buckets at once and adds up to n keys (a POPULATE
+ * of 10 million keys asks for a 128 MB table first). Each is counted where
+ * it adds. */
+
+/* The database a DB argument names, as Redis parses it; NULL if it names
+ * none (Redis then refuses the command by itself). */
+static redisDb *db_named(robj *arg)
+{
+    long long id;
+    if (!arg_ll(arg, &id) || id < 0 || id >= server.dbnum) return NULL;
+    return &server.db[id];
+}
+
+/* The other database a MOVE or COPY ... DB adds its key to; NULL for the
+ * client's own, and for other commands. */
+static redisDb *target_db(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    redisDb *db = NULL;
+    if (cmd->proc == moveCommand && argc == 3) db = db_named(argv[2]);
+    if (cmd->proc == copyCommand)
+        for (int j = 3; j + 1 < argc; j++)
+            if (sdsEncodedObject(argv[j]) && !strcasecmp(argv[j]->ptr, "db")) db = db_named(argv[++j]);
+    return db == c->db ? NULL : db;
+}
+
+/* Can the command give a key a TTL (an entry in the expires dict)? SET
+ * and its variants, GETEX, the EXPIRE family, RESTORE, and the commands
+ * that carry a key's TTL to another key: COPY, RENAME, MOVE. */
+static int may_set_ttl(struct redisCommand *cmd)
+{
+    void (*p)(client *) = cmd->proc;
+    return p == setCommand || p == setexCommand || p == psetexCommand || p == getexCommand ||
+           p == expireCommand || p == pexpireCommand || p == expireatCommand || p == pexpireatCommand ||
+           p == restoreCommand || p == copyCommand || p == renameCommand || p == renamenxCommand ||
+           p == moveCommand;
+}
+
+static int is_populate(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd->proc == debugCommand && argc >= 3 && argc <= 5 && sdsEncodedObject(argv[1]) &&
+           !strcasecmp(argv[1]->ptr, "populate");
+}
+
+/* Does a command (run now or queued) make memory the heap check counts? */
+static int may_grow(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && ((cmd->flags & CMD_DENYOOM) || is_populate(cmd, argv, argc));
+}
+
+/* Write commands without CMD_DENYOOM (Redis lets them run past maxmemory:
+ * they add little) that still add an entry to a dict, which may double its
+ * table. Keys: SMOVE (and a member to the set at its second key), MOVE
+ * (into another database), RENAME and RENAMENX (the new name is added
+ * before the old one is deleted). TTLs, in the expires dict: the EXPIRE
+ * family, GETEX with EX, PX, EXAT or PXAT. Such a command is refused only
+ * for a table that has no room. (Stream commands that add to a consumer
+ * group's pending list add radix-tree nodes, no table.) */
+static int adds_keys_without_denyoom(struct redisCommand *cmd)
+{
+    void (*p)(client *) = cmd->proc;
+    return p == smoveCommand || p == moveCommand || p == renameCommand || p == renamenxCommand;
+}
+
+static int adds_ttl_without_denyoom(struct redisCommand *cmd, robj **argv, int argc)
+{
+    void (*p)(client *) = cmd->proc;
+    if (p == getexCommand) return argc >= 4 && sdsEncodedObject(argv[2]) && strcasecmp(argv[2]->ptr, "persist");
+    return p == expireCommand || p == pexpireCommand || p == expireatCommand || p == pexpireatCommand;
+}
+
+static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && (adds_keys_without_denyoom(cmd) || adds_ttl_without_denyoom(cmd, argv, argc));
+}
+
+/* Is the command one heap_refusal() looks at? */
+static int heap_checked(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return may_grow(cmd, argv, argc) || may_add_entries(cmd, argv, argc);
+}
+
+/* The database a queued SELECT moves the commands after it to; NULL for
+ * other commands (and a SELECT Redis will refuse). */
+static redisDb *selected_db(struct redisCommand *cmd, robj **argv, int argc)
+{
+    return cmd && cmd->proc == selectCommand && argc == 2 ? db_named(argv[1]) : NULL;
+}
+
+/* DEBUG POPULATE count [prefix] [size] makes "prefix:N" keys with
+ * "value:N" values (or values of size bytes): into g their bytes (a
+ * dictEntry, the key's sds, the value's object, as the heap rounds them;
+ * values of up to 44 bytes are embedded in theirs, as object.c does)
+ * and, in one piece, the keyspace table for all of them (dictExpand first,
+ * or the doubling its inserts reach). A count Redis refuses is 0. */
+static void populate_growth(client *c, robj **argv, int argc, uint64_t capacity, growth *g)
+{
+    long long count, size = 0;
+    if (!arg_ll(argv[2], &count) || count <= 0) return;
+    if (argc == 5 && (!arg_ll(argv[4], &size) || size < 0)) size = 0; /* refused after the expansion */
+    uint64_t n = (uint64_t)count > capacity ? capacity : (uint64_t)count, digits = 1;
+    for (uint64_t x = n - 1; x >= 10; x /= 10) digits++;
+    uint64_t key = (argc >= 4 && sdsEncodedObject(argv[3]) ? sdslen(argv[3]->ptr) : 3) + 1 + digits;
+    uint64_t value = size ? (uint64_t)size : 6 + digits;
+#define ROUND16(x) (((x) + 15) & ~15ull)
+    uint64_t per_key = 32 + ROUND16(key + 2) + (value <= 44 ? ROUND16(value + 20) : 16 + ROUND16(value + 10));
+#undef ROUND16
+    g->bytes += n > capacity / per_key ? capacity + 1 : n * per_key; /* (more than the heap: refused) */
+    if (value >= BIG_ARGUMENT) { /* each value a large chunk: in one piece, as the others */
+        uint64_t each = chunk_room(value);
+        g->room += n > capacity / each ? capacity + 1 : n * each;
+        if (value > g->largest) g->largest = value;
+    }
+    /* dictExpand(keyspace, count): a table of count buckets (rounded up to
+     * a power of two; none if that is the table's size, or fewer than the
+     * keys it holds, or while it rehashes), then the doubling the inserts
+     * may reach past it. */
+    dict *d = c->db->dict;
+    uint64_t used = dictSize(d), buckets = DICTHT_SIZE(d->ht_size_exp[0]);
+    if (n >= used && !dictIsRehashing(d) && table_for(n) != buckets * sizeof(dictEntry *)) {
+        buckets = table_for(n) / sizeof(dictEntry *);
+        growth_add(g, table_for(n));
+    }
+    if (used + n > buckets) growth_add(g, table_for(used + n));
+}
+
+/* Why a command that may grow memory (CMD_DENYOOM; an EXEC by what it
+ * queued) cannot run now, as an error reply, or NULL if it may. c runs the
+ * command (a script's client for a command a script calls); args: the bytes
+ * of its arguments. */
+static sds heap_refusal(client *c, int exec, uint64_t args)
+{
+    uint64_t allocated, capacity;
+    mango_heap_room(&allocated, &capacity);
+    if (!capacity) return NULL;
+    growth g = {0};
+    dicts_noted dn = {.n = 0};
+    uint64_t argcs = 0;
+    int grows = 0; /* one command may grow memory (else only a table is refused) */
+    /* Queued commands after a SELECT run in its database: the estimates
+     * below look keys up in c->db, which follows them here and is put back
+     * after the loop. */
+    redisDb *home = c->db;
+    for (int k = 0; !exec && (c->flags & CLIENT_MULTI) && k < c->mstate.count; k++) {
+        multiCmd *m = &c->mstate.commands[k]; /* being queued: after the SELECTs queued before it */
+        redisDb *db = selected_db(m->cmd, m->argv, m->argc);
+        if (db) c->db = db;
+    }
+    for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
+        multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
+        struct redisCommand *cmd = m ? m->cmd : c->cmd;
+        robj **argv = m ? m->argv : c->argv;
+        int argc = m ? m->argc : c->argc;
+        redisDb *db = m ? selected_db(cmd, argv, argc) : NULL;
+        if (db) c->db = db;
+        int grows_memory = may_grow(cmd, argv, argc);
+        if (grows_memory) {
+            grows = 1;
+            argcs += (uint64_t)argc;
+            growth_add(&g, string_growth(c, cmd, argv, argc));
+            source_growth(c, cmd, argv, argc, &g);
+        } else if (!may_add_entries(cmd, argv, argc)) {
+            continue; /* (queued reads, DEL, ...) */
+        }
+        /* The value at the first argument, for hash, set, sorted set and geo
+         * commands (SMOVE: at the second): one dictFind, whose bucket the
+         * command's own lookup then finds in the cache. A new or small value
+         * that the command makes a hash table is counted that table. */
+        int per = argc >= 3 ? args_per_entry(cmd) : 0;
+        if (cmd->proc == smoveCommand) {
+            dict *vd = argc == 4 ? value_dict(c, argv[2]) : NULL;
+            if (vd) dict_note(&dn, &g, vd, 1);
+        } else if (per) {
+            uint64_t adds = (uint64_t)(argc - 2) / (uint64_t)per;
+            dict *vd = value_dict(c, argv[1]);
+            if (vd) dict_note(&dn, &g, vd, adds);
+            else if (adds >= 128) growth_add(&g, table_for(adds));
+        }
+        /* The keyspace and expires it adds keys to (expires: only commands
+         * that can set a TTL); MOVE and COPY ... DB add them to another
+         * database. */
+        uint64_t keys = grows_memory || adds_keys_without_denyoom(cmd) ? keys_added_at_most(cmd, argc) : 0;
+        if (is_populate(cmd, argv, argc)) {
+            populate_growth(c, argv, argc, capacity, &g);
+            keys = 0; /* its table is counted there (not for the commands after it in an EXEC) */
+        }
+        redisDb *to = target_db(c, cmd, argv, argc);
+        dict_note(&dn, &g, to ? to->dict : c->db->dict, keys);
+        if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys ? keys : 1);
+    }
+    c->db = home;
+    for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
+    if (!grows && !g.bytes) return NULL;
+    uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
+    if (allocated > capacity || capacity - allocated < need)
+        return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
+                            "use; this command needs about %llu more, with a reserve): delete keys, set maxmemory "
+                            "below the heap, or start with a larger pool (mango-pool-size)",
+                            (unsigned long long)allocated, (unsigned long long)capacity, (unsigned long long)need);
+    /* Room by bytes in use is no promise for large values: the free space
+     * may lie in pieces between live objects. Their durable copies, and the
+     * large strings and tables the command makes, are asked for one piece that holds
+     * them all (conservative: it serves them one after the other, first
+     * fit), plus a margin for the small allocations around them (a small
+     * request may take a page of a free piece). If there is none, freed
+     * small objects are reclaimed first, in a write section of its own: it
+     * changes only the allocator's metadata, which no reply depends on, so
+     * reads need not wait for its batch. */
+    uint64_t room = big_arguments_room(c, exec, &g.largest) + g.room;
+    if (!room) return NULL;
+    room += BIG_ARGUMENT;
+    if (mango_heap_fits(room)) return NULL;
+    mangoDeletionsBegin(); /* a keyed section with no key: no read waits for it */
+    int fits = mango_heap_fits(room);
+    mangoDeletionsEnd();
+    if (fits) return NULL;
+    return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap has no room in one piece for the "
+                        "large values this command makes (%llu bytes, the largest %llu; %llu of %llu bytes in "
+                        "use, the rest lies between live objects): delete keys, set maxmemory below the heap, "
+                        "or start with a larger pool (mango-pool-size)",
+                        (unsigned long long)room, (unsigned long long)g.largest, (unsigned long long)allocated,
+                        (unsigned long long)capacity);
+}
+
+sds mangoHeapRefusal(client *c)
+{
+    if (!mangoEnabled()) return NULL;
+    int exec = c->cmd->proc == execCommand && (c->flags & CLIENT_MULTI);
+    int check = heap_checked(c->cmd, c->argv, c->argc);
+    for (int k = 0; exec && !check && k < c->mstate.count; k++)
+        check = heap_checked(c->mstate.commands[k].cmd, c->mstate.commands[k].argv, c->mstate.commands[k].argc);
+    if (!check) return NULL;
+    return heap_refusal(c, exec, c->argv_len_sum + (exec ? c->mstate.argv_len_sums : 0));
+}
+
+int mangoRefuseScriptCommand(client *c, sds *err)
+{
+    /* The same heap check for a command a script calls: Redis's own check
+     * there (scriptVerifyOOM) runs only with maxmemory and only before the
+     * script's first write. A script client's argv_len_sum is not kept. */
+    if (!mangoEnabled() || !heap_checked(c->cmd, c->argv, c->argc)) return 0;
+    uint64_t args = 0;
+    for (int j = 0; j < c->argc; j++)
+        if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
+    sds why = heap_refusal(c, 0, args);
+    if (!why) return 0;
+    *err = why;
+    return 1;
+}
