@@ -3,9 +3,9 @@
 #
 # Starts the durable redis-server on a random loopback port with a fresh pool,
 # writes a few hundred keys of every basic type (strings, hashes, lists, sets,
-# sorted sets, TTLs) with redis-cli, dumps them, SIGKILLs the server, restarts
-# it on the same pool and compares; then SHUTDOWN NOSAVE, restart, compare
-# again. Exits non-zero on any mismatch.
+# sorted sets, TTLs, a blocked BLMOVE served by a push) with redis-cli, dumps
+# them, SIGKILLs the server, restarts it on the same pool and compares; then
+# SHUTDOWN NOSAVE, restart, compare again. Exits non-zero on any mismatch.
 #
 # Usage: redis/test_smoke.sh [path/to/redis-server-durable]
 # Environment: REDIS_DURABLE (binary), REDIS_CLI (default redis-cli),
@@ -102,6 +102,18 @@ start first
 } >"$tmp/load.txt"
 r <"$tmp/load.txt" >"$tmp/load.out" || fail "loading"
 grep -q ERR "$tmp/load.out" && fail "a load command failed: $(grep ERR "$tmp/load.out" | head -n 3)"
+# A blocked client served by another client's push (handleClientsBlockedOnKeys:
+# a keyed section that writes the source list and BLMOVE's destination).
+r blmove list:queue list:moved LEFT RIGHT 10 >"$tmp/blmove.out" &
+bl=$!
+for _ in $(seq 100); do
+    r info clients | grep -q '^blocked_clients:1' && break
+    sleep 0.05
+done
+r info clients | grep -q '^blocked_clients:1' || fail "the BLMOVE client did not block"
+r rpush list:queue job1 job2 >/dev/null
+wait "$bl" || fail "BLMOVE failed"
+[ "$(cat "$tmp/blmove.out")" = job1 ] || fail "BLMOVE answered '$(cat "$tmp/blmove.out")', not job1"
 sleep 0.5 # the PX 300 keys expire
 r set ttl-mid v PX 4000 >/dev/null # expires after the restart
 t_mid=$(date +%s.%N)
