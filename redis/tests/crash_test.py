@@ -4,8 +4,8 @@
 Each round: start redis-server-durable on the pool (the first round creates
 it), check the recovered state against every acknowledged write so far, run
 concurrent clients (redis_crash_clients: SET/GET/DEL, HSET/HGET/HDEL, INCR,
-MULTI/EXEC pairs, SET PX with a long TTL, keys with a TTL of a few ms, RPUSH
-on a small shared key set), SIGKILL the server after a random 100..600 ms,
+MULTI/EXEC pairs, SET PX with a long TTL, keys with a TTL of a few ms, RPUSH,
+job queues pushed to and consumed by BLMOVE on a small shared key set), SIGKILL the server after a random 100..600 ms,
 wait for the clients to notice. After the last round: restart, check once
 more, then run the Porcupine linearizability checker (tests/linearizability)
 over the history of all rounds (every string key, hash field, MULTI pair and
@@ -26,12 +26,18 @@ that long after the kill). Per counter: every acknowledged INCR result is
 distinct, the recovered value is >= the largest and <= the number of INCRs
 sent. Per list: the list of the previous check, then only elements of RPUSHes
 of the round that just ended, no duplicates, in real-time order, every
-acknowledged RPUSH at the index its reply gave. KEYS * lists no other key and
-agrees with DBSIZE.
+acknowledged RPUSH at the index its reply gave. Per job queue q<j> and its
+destination qd<j> (BLMOVE q<j> qd<j>, often served while blocked): every
+element of either was pushed to q<j>, none is in both or twice; every
+acknowledged push is in one of them and every acknowledged BLMOVE's element
+in qd<j>; the previous check's qd<j> is a prefix of the new one, and every
+element found by the previous check is still in one of them. KEYS * lists
+no other key and agrees with DBSIZE.
 
-Prints `rounds=R acked=A lost=L linearizable=true|false` last; exit status 0
-if nothing was lost and the history is linearizable, 1 otherwise, 2 on a
-setup error. Uses only the Python standard library.
+Prints `rounds=R acked=A lost=L linearizable=true|false bad_replies=B` last
+(B: error or unexpected replies the clients got); exit status 0 if nothing
+was lost, no reply was bad and the history is linearizable, 1 otherwise, 2
+on a setup error. Uses only the Python standard library.
 """
 import argparse
 import glob
@@ -130,9 +136,13 @@ class Model:
         self.kill_wall_ms = {}  # epoch -> wall-clock ms right after the kill
         self.pushes = {}        # list -> {vid: [epoch, call, ret or None, length or None]}
         self.list_prev = {}     # list -> contents found by the previous check
+        self.queue_sent = {}    # queue -> {vid: epoch} (pushes sent)
+        self.queue_pushed = {}  # queue -> {vid} (acknowledged pushes)
+        self.queue_moved = {}   # queue -> {vid} (acknowledged BLMOVEs, by the element moved)
+        self.queue_prev = {}    # queue -> (queue, destination) found by the previous check
         self.acked = 0
         self.kinds = {}         # acknowledged writes by kind
-        self.checked = {"short": 0, "ttl": 0, "list_elems": 0}
+        self.checked = {"short": 0, "ttl": 0, "list_elems": 0, "queue_elems": 0}
 
     def add_epoch(self, hist, epoch, kill_wall_ms):
         self.kill_wall_ms[epoch] = kill_wall_ms
@@ -165,6 +175,8 @@ class Model:
                         self.ttl[(int(p[1]), int(p[2]))] = [int(p[3]), int(p[4]), None]
                     elif p[0] == "P":
                         self.pushes.setdefault(p[1], {})[int(p[2])] = [epoch, int(p[3]), None, None]
+                    elif p[0] == "Q":
+                        self.queue_sent.setdefault(p[1], {})[int(p[2])] = epoch
                     elif p[0] == "A":
                         self.acked += 1
                         self.kinds[p[1]] = self.kinds.get(p[1], 0) + 1
@@ -175,6 +187,10 @@ class Model:
                         elif p[1] == "RPUSH":
                             w = self.pushes[p[2]][int(p[3])]
                             w[3], w[2] = int(p[4]), int(p[5])
+                        elif p[1] == "QPUSH":
+                            self.queue_pushed.setdefault(p[2], set()).add(int(p[3]))
+                        elif p[1] == "QMOVE":
+                            self.queue_moved.setdefault(p[2], set()).add(int(p[3]))
 
     def _add_write(self, k, vid, w):
         if vid == 0:
@@ -294,11 +310,48 @@ class Model:
         return lost, "; ".join(why[:5]) or None
 
 
+    def check_queue(self, name, waiting, moved):
+        """The recovered queue (waiting) and its BLMOVE destination (moved)."""
+        lost, why = 0, []
+        sent = self.queue_sent.get(name, {})
+        found = waiting + moved
+        self.checked["queue_elems"] += len(found)
+        unknown = [e for e in found if e == "torn" or int(e) not in sent]
+        if unknown:
+            lost += len(unknown)
+            why.append(f"{len(unknown)} elements never pushed (e.g. {unknown[0]})")
+        if len(set(found)) != len(found):
+            n = len(found) - len(set(found))
+            lost += n
+            why.append(f"{n} elements twice (in the queue and its destination, or repeated)")
+        have = set(found)
+        missing = [v for v in self.queue_pushed.get(name, ()) if str(v) not in have]
+        if missing:
+            lost += len(missing)
+            why.append(f"{len(missing)} acknowledged pushes in neither list (e.g. {missing[0]})")
+        in_moved = set(moved)
+        unmoved = [v for v in self.queue_moved.get(name, ()) if str(v) not in in_moved]
+        if unmoved:
+            lost += len(unmoved)
+            why.append(f"{len(unmoved)} acknowledged BLMOVEs whose element is not in the destination "
+                       f"(e.g. {unmoved[0]})")
+        prev_waiting, prev_moved = self.queue_prev.get(name, ([], []))
+        self.queue_prev[name] = (waiting, moved)
+        if moved[:len(prev_moved)] != prev_moved:
+            lost += 1
+            why.append("the previously recovered destination is not a prefix of this one")
+        gone = [e for e in prev_waiting + prev_moved if e not in have]
+        if gone:
+            lost += len(gone)
+            why.append(f"{len(gone)} elements recovered before are gone (e.g. {gone[0]})")
+        return lost, "; ".join(why[:5]) or None
+
+
 def client_args(args, port, epoch, hist):
     return ["--port", str(port), "--epoch", str(epoch), "--dir", hist, "--clients", str(args.nclients),
             "--keys", str(args.keys), "--hashes", str(args.hashes), "--fields", str(args.fields),
             "--counters", str(args.counters), "--pairs", str(args.pairs), "--ttl-keys", str(args.ttl_keys),
-            "--short-keys", str(args.short_keys), "--lists", str(args.lists),
+            "--short-keys", str(args.short_keys), "--lists", str(args.lists), "--queues", str(args.queues),
             "--long-px", str(args.long_px), "--short-px-max", str(args.short_px_max)]
 
 
@@ -309,6 +362,7 @@ def verify(args, server, model, epoch, hist):
         raise SystemExit(f"crash: dump failed ({out.returncode}): {out.stderr}")
     lost = 0
     regs, names, dbsize = {}, None, None
+    queues = {}  # queue -> {"queue": elements, "moved": elements}
 
     def report(name, n, why):
         nonlocal lost
@@ -339,11 +393,17 @@ def verify(args, server, model, epoch, hist):
             if int(p[2]) != len(items):
                 report(p[1], 1, "LRANGE cut short")
             report(p[1], *model.check_list(p[1], items, epoch - 1))
+        elif kind in ("queue", "moved"):
+            if int(p[2]) != len(p[3:]):
+                report(p[1], 1, "LRANGE cut short")
+            queues.setdefault(p[1], {})[kind] = p[3:]
         elif kind == "keys":
             names = p[1:]
         elif kind == "dbsize":
             dbsize = int(p[1])
-    known = re.compile(r"^(k\d+|h\d+|c\d+|ta\d+|th|x\d+|l\d+)$")
+    for name, q in sorted(queues.items()):
+        report(f"{name} (queue)", *model.check_queue(name, q.get("queue", []), q.get("moved", [])))
+    known = re.compile(r"^(k\d+|h\d+|c\d+|ta\d+|th|x\d+|l\d+|q\d+|qd\d+)$")
     odd = [n for n in names if not known.match(n)]
     if odd:
         report("KEYS *", len(odd), f"unexpected keys: {' '.join(sorted(odd)[:10])}")
@@ -379,6 +439,7 @@ def main():
     ap.add_argument("--ttl-keys", type=int, default=4, help="registers written with SET PX <long-px> or SET")
     ap.add_argument("--short-keys", type=int, default=16, help="keys written with a TTL of 1..short-px-max ms")
     ap.add_argument("--lists", type=int, default=2)
+    ap.add_argument("--queues", type=int, default=1, help="job queues (RPUSH, and BLMOVE to a destination list)")
     ap.add_argument("--long-px", type=int, default=3600000)
     ap.add_argument("--short-px-max", type=int, default=50)
     ap.add_argument("--think-us", type=int, default=100)
@@ -391,6 +452,9 @@ def main():
     ap.add_argument("--lincheck-src", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                             "..", "..", "tests", "linearizability"))
     ap.add_argument("--lincheck-timeout", default="150s")
+    ap.add_argument("--lincheck-explain-timeout", default="20s",
+                    help="time the checker may spend explaining a history it found not linearizable "
+                         "(the verdict stands either way)")
     ap.add_argument("--pool", help="pool file (default /dev/shm/mango-redis-crash.<pid>.pool); deleted")
     ap.add_argument("--work", help="work folder (default: a new one under /tmp, removed on success)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -428,7 +492,7 @@ def main():
     log(f"server {args.server}, mode {args.mode}, pool {pool}, {args.rounds} rounds, {args.nclients} clients, "
         f"{args.keys} keys + {args.hashes}x{args.fields} hash fields + {args.counters} counters + "
         f"{args.pairs} MULTI pairs + {args.ttl_keys} TTL keys + {args.short_keys} short-TTL keys + "
-        f"{args.lists} lists, seed {seed}, "
+        f"{args.lists} lists + {args.queues} queues, seed {seed}, "
         f"work {work}")
 
     server = Server(args, work, env)
@@ -487,7 +551,8 @@ def main():
     elapsed = time.monotonic() - t_start
 
     if checker:
-        r = subprocess.run([checker, "-timeout", args.lincheck_timeout, hist], capture_output=True, text=True)
+        r = subprocess.run([checker, "-timeout", args.lincheck_timeout,
+                            "-explain-timeout", args.lincheck_explain_timeout, hist], capture_output=True, text=True)
         sys.stdout.write(r.stdout)
         sys.stderr.write(r.stderr)
         lin = {0: "true", 1: "false"}.get(r.returncode, "unknown")
@@ -499,8 +564,9 @@ def main():
         f"({startup_kills_unfinished} before recovery finished), logs in {hist}")
     log("acknowledged writes by kind: " + " ".join(f"{k}={v}" for k, v in sorted(model.kinds.items())) +
         f"; checked after restarts: {model.checked['ttl']} TTLs, {model.checked['short']} short-TTL keys, "
-        f"{model.checked['list_elems']} list elements")
-    print(f"rounds={args.rounds} acked={model.acked} lost={lost} linearizable={lin}", flush=True)
+        f"{model.checked['list_elems']} list elements, {model.checked['queue_elems']} queue elements")
+    print(f"rounds={args.rounds} acked={model.acked} lost={lost} linearizable={lin} bad_replies={bad_replies}",
+          flush=True)
     if ok and not args.keep and not args.work:
         shutil.rmtree(work, ignore_errors=True)
     elif ok and not args.keep:

@@ -16,7 +16,10 @@
  *     (no TTL), GET, DEL;
  *   - short-TTL keys s0..s<S-1>: SET s v PX 1..M ms (--short-px-max) or
  *     MULTI SET s v; PEXPIRE s 1..M; EXEC; GET (a value must not be torn);
- *   - lists l0..l<L-1>: RPUSH of a unique value.
+ *   - lists l0..l<L-1>: RPUSH of a unique value;
+ *   - job queues q0..q<Q-1>: RPUSH of a unique value, or BLMOVE q<j> qd<j>
+ *     LEFT RIGHT with a 20 ms timeout, so a thread often waits blocked and
+ *     another thread's push serves it (handleClientsBlockedOnKeys).
  *   MULTI/EXEC commands are sent in one write (pipelined). A thread stops at
  *   the first connection error (the server was killed), at an error or
  *   unexpected reply, or after --seconds. Each thread writes:
@@ -34,17 +37,22 @@
  *   - D/ack-<E>-<i>.log: lines written before a command is sent:
  *     "N INCR <counter>", "X <hkey> <value-id> <px> <wall_ms>" (a write of a
  *     TTL register, px 0: no TTL; CLOCK_REALTIME ms before sending),
- *     "P <list> <value-id> <t_ns>" (an RPUSH); and one line per acknowledged
+ *     "P <list> <value-id> <t_ns>" (an RPUSH), "Q <queue> <value-id> <t_ns>"
+ *     (a push to a queue); and one line per acknowledged
  *     write: "A SET <key> <value-id>", "A HSET <hash> <field> <value-id>",
  *     "A DEL <key>", "A HDEL <hash> <field>", "A MULTI <pair> <value-id>",
  *     "A MULTIDEL <pair>", "A SETX <hkey> <value-id> <wall_ms>" (after the
  *     reply), "A SETS <key> <value-id>", "A INCR <counter> <result>",
- *     "A RPUSH <list> <value-id> <length> <t_ns>".
+ *     "A RPUSH <list> <value-id> <length> <t_ns>", "A QPUSH <queue> <value-id>",
+ *     "A QMOVE <queue> <value-id>" (a BLMOVE that moved that element to
+ *     qd<j>).
  * dump: one connection reads every register (logged as history, client index
  *   999, epoch E), counter, short-TTL key and list, and prints on stdout:
  *   "reg <hkey> <value-id|0|torn> [detail]", "ttl <hkey> <pexpiretime>",
  *   "ctr <name> <value>", "short <name> <value-id|0|torn> <pttl>",
- *   "list <name> <n> <value-id|torn>...", "keys <name>..." (KEYS *, after
+ *   "list <name> <n> <value-id|torn>...", "queue <q> <n> <value-id|torn>..."
+ *   and "moved <q> <n> <value-id|torn>..." (the queue q<j> and its
+ *   destination qd<j>), "keys <name>..." (KEYS *, after
  *   the short-TTL keys were read) and "dbsize <n>".
  *
  * Value ids are E<<40 | client<<32 | n (unique; 0 is "never written"); the
@@ -53,7 +61,7 @@
  *
  * Options: --clients N (4) --keys K (8) --hashes H (2) --fields F (4)
  *   --counters C (2) --pairs P (4) --ttl-keys X (4) --short-keys S (16)
- *   --lists L (2) --long-px MS (3600000) --short-px-max MS (50)
+ *   --lists L (2) --queues Q (1) --long-px MS (3600000) --short-px-max MS (50)
  *   --seconds S (30) --think-us U (100: random pause 0..2U between commands)
  *   --seed X. Exit status: 0, 1 on an error reply or bad reply, 2 usage or
  *   setup error.
@@ -77,7 +85,7 @@
 #include <unistd.h>
 
 static int opt_port, opt_epoch = -1, opt_clients = 4, opt_keys = 8, opt_hashes = 2, opt_fields = 4,
-           opt_counters = 2, opt_pairs = 4, opt_ttl_keys = 4, opt_short_keys = 16, opt_lists = 2,
+           opt_counters = 2, opt_pairs = 4, opt_ttl_keys = 4, opt_short_keys = 16, opt_lists = 2, opt_queues = 1,
            opt_think_us = 100;
 static long long opt_long_px = 3600000, opt_short_px_max = 50;
 static double opt_seconds = 30;
@@ -734,6 +742,48 @@ static int op_list(ctx_t *x) {
     return OP_OK;
 }
 
+static int op_queue(ctx_t *x) {
+    char q[32], qd[32], v[256];
+    int j = (int)(rng_next(&x->rng) % (uint64_t)opt_queues);
+    snprintf(q, sizeof q, "q%d", j);
+    snprintf(qd, sizeof qd, "qd%d", j);
+    if (rng_next(&x->rng) % 2) {
+        uint64_t vid = new_vid(x);
+        make_value(vid, v, sizeof v);
+        x->what = "RPUSH (queue)";
+        fprintf(x->ack, "Q %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
+        CMD(&x->b, "RPUSH", q, v);
+        int rc = roundtrip(x, REP_INT, NULL);
+        if (rc != OP_OK)
+            return rc;
+        fprintf(x->ack, "A QPUSH %s %" PRIu64 "\n", q, vid);
+        x->w->acked++;
+        return OP_OK;
+    }
+    x->what = "BLMOVE";
+    uint64_t got = 0;
+    CMD(&x->b, "BLMOVE", q, qd, "LEFT", "RIGHT", "0.02");
+    int rc = send_buf(x);
+    if (rc != OP_OK)
+        return rc;
+    if (read_reply(x->c, x->r) < 0)
+        return OP_BROKEN;
+    if (x->r->type == REP_ARRAY && x->r->integer == -1)
+        return OP_OK; /* timed out while blocked: a null array */
+    if (x->r->type == REP_ERROR)
+        return bad(x, "error reply: %s", x->r->str);
+    if (x->r->type != REP_BULK && x->r->type != REP_NIL)
+        return bad(x, "not a bulk reply");
+    got = parse_value(x->r);
+    if (got == TORN)
+        return bad(x, "%s: moved a value no push wrote", q);
+    if (got) { /* nil: the queue was empty (not blocked: a BLMOVE in MULTI) */
+        fprintf(x->ack, "A QMOVE %s %" PRIu64 "\n", q, got);
+        x->w->acked++;
+    }
+    return OP_OK;
+}
+
 static void *worker(void *arg) {
     worker_t *w = arg;
     ctx_t *x = calloc(1, sizeof *x);
@@ -754,8 +804,8 @@ static void *worker(void *arg) {
         if (opt_think_us > 0)
             usleep((useconds_t)(rng_next(&x->rng) % (uint64_t)(2 * opt_think_us + 1)));
         /* 35 % strings, 15 % hashes, 8 % counters, 12 % MULTI pairs, 12 % TTL
-         * registers, 10 % short-TTL keys, 8 % lists; a kind with no keys
-         * falls back to strings. */
+         * registers, 10 % short-TTL keys, 4 % lists, 4 % queues; a kind with
+         * no keys falls back to strings. */
         unsigned pick = pick100(x);
         int rc;
         if (pick < 35)
@@ -770,8 +820,10 @@ static void *worker(void *arg) {
             rc = op_ttl(x);
         else if (pick >= 82 && pick < 92 && opt_short_keys > 0)
             rc = op_short(x);
-        else if (pick >= 92 && opt_lists > 0)
+        else if (pick >= 92 && pick < 96 && opt_lists > 0)
             rc = op_list(x);
+        else if (pick >= 96 && opt_queues > 0)
+            rc = op_queue(x);
         else
             rc = op_string(x);
         if (rc == OP_BROKEN)
@@ -897,6 +949,24 @@ static int dump_pair(dump_t *d, int i) {
     return 0;
 }
 
+/* Prints "<tag> <name> <n> <value-id|torn>..." for the list at key. */
+static int dump_list(dump_t *d, const char *tag, const char *name, const char *key) {
+    CMD(&d->b, "LRANGE", key, "0", "-1");
+    int rc = dump_cmd(d);
+    if (rc < 0 || d->r->type != REP_ARRAY)
+        return -1;
+    long long n = d->r->integer;
+    printf("%s %s %lld", tag, name, n);
+    for (long long j = 0; j < n && rc == 0; j++) {
+        if ((rc = dump_next(d, -1)) == 0) {
+            putchar(' ');
+            print_value(stdout, d->r->type == REP_NIL ? TORN : parse_value(d->r));
+        }
+    }
+    putchar('\n');
+    return rc;
+}
+
 static int do_dump(void) {
     dump_t d = {0};
     d.h = open_log("client", DUMP_CLIENT);
@@ -965,20 +1035,15 @@ static int do_dump(void) {
     }
     for (int i = 0; i < opt_lists && rc == 0; i++) {
         snprintf(k, sizeof k, "l%d", i);
-        CMD(&d.b, "LRANGE", k, "0", "-1");
-        if ((rc = dump_cmd(&d)) < 0 || d.r->type != REP_ARRAY) {
-            rc = -1;
-            break;
-        }
-        long long n = d.r->integer;
-        printf("list %s %lld", k, n);
-        for (long long j = 0; j < n && rc == 0; j++) {
-            if ((rc = dump_next(&d, -1)) == 0) {
-                putchar(' ');
-                print_value(stdout, d.r->type == REP_NIL ? TORN : parse_value(d.r));
-            }
-        }
-        putchar('\n');
+        rc = dump_list(&d, "list", k, k);
+    }
+    for (int i = 0; i < opt_queues && rc == 0; i++) {
+        char qd[32];
+        snprintf(k, sizeof k, "q%d", i);
+        snprintf(qd, sizeof qd, "qd%d", i);
+        rc = dump_list(&d, "queue", k, k);
+        if (rc == 0)
+            rc = dump_list(&d, "moved", k, qd);
     }
     if (rc == 0) {
         CMD(&d.b, "KEYS", "*");
@@ -1013,7 +1078,7 @@ static int do_dump(void) {
 static void usage(void) {
     fprintf(stderr, "usage: redis_crash_clients run|dump --port P --epoch E --dir D [--clients N] [--keys K]\n"
                     "       [--hashes H] [--fields F] [--counters C] [--pairs P] [--ttl-keys X]\n"
-                    "       [--short-keys S] [--lists L] [--long-px MS] [--short-px-max MS]\n"
+                    "       [--short-keys S] [--lists L] [--queues Q] [--long-px MS] [--short-px-max MS]\n"
                     "       [--seconds S] [--think-us U] [--seed X]\n");
     exit(2);
 }
@@ -1051,6 +1116,8 @@ int main(int argc, char **argv) {
             opt_short_keys = atoi(v);
         else if (!strcmp(o, "--lists"))
             opt_lists = atoi(v);
+        else if (!strcmp(o, "--queues"))
+            opt_queues = atoi(v);
         else if (!strcmp(o, "--long-px"))
             opt_long_px = atoll(v);
         else if (!strcmp(o, "--short-px-max"))
@@ -1067,7 +1134,8 @@ int main(int argc, char **argv) {
     if (opt_port <= 0 || opt_epoch < 0 || opt_epoch > 0xffffff || !opt_dir || opt_clients < 1 ||
         opt_clients > 255 || opt_keys < 1 || opt_keys > 1000 || opt_hashes < 0 || opt_hashes > 100 ||
         opt_fields < 1 || opt_fields > 100 || opt_counters < 0 || opt_pairs < 0 || opt_pairs > 10000 ||
-        opt_ttl_keys < 0 || opt_ttl_keys > 10000 || opt_short_keys < 0 || opt_lists < 0 || opt_long_px < 1 ||
+        opt_ttl_keys < 0 || opt_ttl_keys > 10000 || opt_short_keys < 0 || opt_lists < 0 || opt_queues < 0 || opt_queues > 100 ||
+        opt_long_px < 1 ||
         opt_short_px_max < 1)
         usage();
     if (!strcmp(mode, "run"))
