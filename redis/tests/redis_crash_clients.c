@@ -726,15 +726,23 @@ static int op_short(ctx_t *x) {
     return rc;
 }
 
+/* RPUSH of a new unique value to key, logged first as "<sent> <key> <vid>
+ * <t_ns>" in the ack log (P: a list, Q: a queue). */
+static int push_unique(ctx_t *x, const char *key, char sent, uint64_t *vid) {
+    char v[256];
+    *vid = new_vid(x);
+    make_value(*vid, v, sizeof v);
+    fprintf(x->ack, "%c %s %" PRIu64 " %" PRIu64 "\n", sent, key, *vid, now_ns());
+    CMD(&x->b, "RPUSH", key, v);
+    return roundtrip(x, REP_INT, NULL);
+}
+
 static int op_list(ctx_t *x) {
-    char k[32], v[256];
+    char k[32];
+    uint64_t vid;
     snprintf(k, sizeof k, "l%d", (int)(rng_next(&x->rng) % (uint64_t)opt_lists));
-    uint64_t vid = new_vid(x);
-    make_value(vid, v, sizeof v);
     x->what = "RPUSH";
-    fprintf(x->ack, "P %s %" PRIu64 " %" PRIu64 "\n", k, vid, now_ns());
-    CMD(&x->b, "RPUSH", k, v);
-    int rc = roundtrip(x, REP_INT, NULL);
+    int rc = push_unique(x, k, 'P', &vid);
     if (rc != OP_OK)
         return rc;
     fprintf(x->ack, "A RPUSH %s %" PRIu64 " %lld %" PRIu64 "\n", k, vid, x->r->integer, now_ns());
@@ -743,17 +751,14 @@ static int op_list(ctx_t *x) {
 }
 
 static int op_queue(ctx_t *x) {
-    char q[32], qd[32], v[256];
+    char q[32], qd[32];
     int j = (int)(rng_next(&x->rng) % (uint64_t)opt_queues);
     snprintf(q, sizeof q, "q%d", j);
     snprintf(qd, sizeof qd, "qd%d", j);
     if (rng_next(&x->rng) % 2) {
-        uint64_t vid = new_vid(x);
-        make_value(vid, v, sizeof v);
+        uint64_t vid;
         x->what = "RPUSH (queue)";
-        fprintf(x->ack, "Q %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
-        CMD(&x->b, "RPUSH", q, v);
-        int rc = roundtrip(x, REP_INT, NULL);
+        int rc = push_unique(x, q, 'Q', &vid);
         if (rc != OP_OK)
             return rc;
         fprintf(x->ack, "A QPUSH %s %" PRIu64 "\n", q, vid);
