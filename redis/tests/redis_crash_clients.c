@@ -750,23 +750,10 @@ static int op_list(ctx_t *x) {
     return OP_OK;
 }
 
-static int op_queue(ctx_t *x) {
-    char q[32], qd[32];
-    int j = (int)(rng_next(&x->rng) % (uint64_t)opt_queues);
-    snprintf(q, sizeof q, "q%d", j);
-    snprintf(qd, sizeof qd, "qd%d", j);
-    if (rng_next(&x->rng) % 2) {
-        uint64_t vid;
-        x->what = "RPUSH (queue)";
-        int rc = push_unique(x, q, 'Q', &vid);
-        if (rc != OP_OK)
-            return rc;
-        fprintf(x->ack, "A QPUSH %s %" PRIu64 "\n", q, vid);
-        x->w->acked++;
-        return OP_OK;
-    }
+/* BLMOVE q qd LEFT RIGHT with a 20 ms timeout: waits blocked when q is
+ * empty, and is often served by another client's push. */
+static int queue_move(ctx_t *x, const char *q, const char *qd) {
     x->what = "BLMOVE";
-    uint64_t got = 0;
     CMD(&x->b, "BLMOVE", q, qd, "LEFT", "RIGHT", "0.02");
     int rc = send_buf(x);
     if (rc != OP_OK)
@@ -779,7 +766,7 @@ static int op_queue(ctx_t *x) {
         return bad(x, "error reply: %s", x->r->str);
     if (x->r->type != REP_BULK && x->r->type != REP_NIL)
         return bad(x, "not a bulk reply");
-    got = parse_value(x->r);
+    uint64_t got = parse_value(x->r);
     if (got == TORN)
         return bad(x, "%s: moved a value no push wrote", q);
     if (got) { /* nil: the queue was empty (not blocked: a BLMOVE in MULTI) */
@@ -787,6 +774,23 @@ static int op_queue(ctx_t *x) {
         x->w->acked++;
     }
     return OP_OK;
+}
+
+static int op_queue(ctx_t *x) {
+    char q[32], qd[32];
+    int j = (int)(rng_next(&x->rng) % (uint64_t)opt_queues);
+    snprintf(q, sizeof q, "q%d", j);
+    snprintf(qd, sizeof qd, "qd%d", j);
+    if (rng_next(&x->rng) % 2)
+        return queue_move(x, q, qd);
+    uint64_t vid;
+    x->what = "RPUSH (queue)";
+    int rc = push_unique(x, q, 'Q', &vid);
+    if (rc == OP_OK) {
+        fprintf(x->ack, "A QPUSH %s %" PRIu64 "\n", q, vid);
+        x->w->acked++;
+    }
+    return rc;
 }
 
 static void *worker(void *arg) {
