@@ -430,7 +430,7 @@ def disk_probe(args):
     """One second of 8 KiB O_DSYNC writes in --fs-dir from one writer, with the CPUs idle and
     then with two busy spinner threads: {"syncs_per_s": N, "mean_us": M, "p99_us": P,
     "busy": {the same keys}}, or None (no probe binary, or it failed). The busy half shows how
-    the sync tail grows when the vCPUs do not idle (docs/redis.md, "The sync tail on a busy VM")."""
+    the sync tail grows when the vCPUs do not idle (docs/redis-benchmarks.md, "The sync tail on a busy VM")."""
     if not args.dsync_probe or not os.access(args.dsync_probe, os.X_OK):
         return None
     try:

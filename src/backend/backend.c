@@ -177,7 +177,7 @@ static int backend_round(backend *b, uint64_t committed)
  * 32-byte block) and ends with a device cache flush that commits queue behind,
  * so rounds are rare: every 5 s, or when a quarter of the log waits. Measured
  * on Redis (100 % HSET, 32 clients, 256 MiB log): 16 KB written per update
- * with 1 s rounds at an eighth, 3.7 KB with these (docs/redis.md). A quarter
+ * with 1 s rounds at an eighth, 3.7 KB with these (docs/redis-benchmarks.md). A quarter
  * leaves room: the frontend may reuse log space only up to the older of the
  * two head slots, two rounds back. */
 #define APPLY_INTERVAL_FS_NS 5000000000ull

@@ -598,7 +598,7 @@ static int data_range_min_of(size_t *out)
  * mirror once per quarter of the log (backend.c), and every round rewrites
  * each page it touches, so a longer log means fewer page writes per update
  * (Redis, 100 % HSET: 16 KB written per update with 64 MiB and 1 s rounds,
- * 3.7 KB with 256 MiB; docs/redis.md). 256 MiB there, if the pool has 1 GiB
+ * 3.7 KB with 256 MiB; docs/redis-benchmarks.md). 256 MiB there, if the pool has 1 GiB
  * or more; otherwise, and on tmpfs, where a ring costs memory, 64 MiB. */
 static size_t default_log_size(const char *pool_path, const mango_config *cfg)
 {
