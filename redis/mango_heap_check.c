@@ -19,7 +19,7 @@
  *   - the values it builds from keys it reads (SUNIONSTORE, SORT, COPY ...);
  *   - for DEBUG POPULATE, the table it expands to and the keys it makes.
  * An EXEC is judged by the commands it queued, in the database a queued
- * SELECT moves them to. Large arguments and the large strings and tables
+ * SELECT moves them to, with the dicts a queued SWAPDB gives it. Large arguments and the large strings and tables
  * must also find free room in one piece (mango_heap_fits), after a reclaim
  * of freed small objects if needed. What is not estimated (a module's
  * allocations) can still reach the abort; maxmemory below the heap's
@@ -499,6 +499,48 @@ static redisDb *selected_db(struct redisCommand *cmd, robj **argv, int argc)
     return cmd && cmd->proc == selectCommand && argc == 2 ? db_named(argv[1]) : NULL;
 }
 
+/* The databases of an EXEC as its queued commands see them. A queued
+ * SELECT moves the commands after it to another database, and a queued
+ * SWAPDB a b gives database a the dicts that are b's now (the swap
+ * exchanges the dicts of the two redisDb structs). The estimates look keys
+ * up in c->db, so c->db is pointed at the struct whose dicts the selected
+ * database will have, and put back after the estimate. */
+typedef struct {
+    client *c;
+    redisDb *home;
+    int selected; /* the database id the commands run in */
+    int *holder;  /* database id -> the struct holding its dicts now (NULL: itself) */
+} queued_dbs;
+
+static redisDb *holder_of(queued_dbs *q, int id)
+{
+    return &server.db[q->holder ? q->holder[id] : id];
+}
+
+static void follow_queued(queued_dbs *q, struct redisCommand *cmd, robj **argv, int argc)
+{
+    redisDb *db = selected_db(cmd, argv, argc);
+    if (db) q->selected = db->id;
+    if (cmd && cmd->proc == swapdbCommand && argc == 3) {
+        redisDb *a = db_named(argv[1]), *b = db_named(argv[2]);
+        if (!a || !b) return; /* Redis refuses it */
+        if (!q->holder) {
+            q->holder = zmalloc(sizeof(int) * (size_t)server.dbnum);
+            for (int j = 0; j < server.dbnum; j++) q->holder[j] = j;
+        }
+        int t = q->holder[a->id];
+        q->holder[a->id] = q->holder[b->id];
+        q->holder[b->id] = t;
+    }
+    q->c->db = holder_of(q, q->selected);
+}
+
+static void queued_dbs_end(queued_dbs *q)
+{
+    q->c->db = q->home;
+    zfree(q->holder);
+}
+
 /* DEBUG POPULATE count [prefix] [size] makes "prefix:N" keys with
  * "value:N" values (or values of size bytes): into g their bytes (a
  * dictEntry, the key's sds, the value's object, as the heap rounds them;
@@ -549,22 +591,18 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     dicts_noted dn = {.n = 0};
     uint64_t argcs = 0;
     int grows = 0; /* one command may grow memory (else only a table is refused) */
-    /* Queued commands after a SELECT run in its database: the estimates
-     * below look keys up in c->db, which follows them here and is put back
-     * after the loop. */
-    redisDb *home = c->db;
+    /* Queued commands after a SELECT or a SWAPDB (queued_dbs). */
+    queued_dbs q = {.c = c, .home = c->db, .selected = c->db->id, .holder = NULL};
     for (int k = 0; !exec && (c->flags & CLIENT_MULTI) && k < c->mstate.count; k++) {
-        multiCmd *m = &c->mstate.commands[k]; /* being queued: after the SELECTs queued before it */
-        redisDb *db = selected_db(m->cmd, m->argv, m->argc);
-        if (db) c->db = db;
+        multiCmd *m = &c->mstate.commands[k]; /* being queued: after those queued before it */
+        follow_queued(&q, m->cmd, m->argv, m->argc);
     }
     for (int k = exec ? 0 : -1; k < (exec ? c->mstate.count : 0); k++) {
         multiCmd *m = k < 0 ? NULL : &c->mstate.commands[k];
         struct redisCommand *cmd = m ? m->cmd : c->cmd;
         robj **argv = m ? m->argv : c->argv;
         int argc = m ? m->argc : c->argc;
-        redisDb *db = m ? selected_db(cmd, argv, argc) : NULL;
-        if (db) c->db = db;
+        if (m) follow_queued(&q, cmd, argv, argc);
         int grows_memory = may_grow(cmd, argv, argc);
         if (grows_memory) {
             grows = 1;
@@ -597,10 +635,11 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
             keys = 0; /* its table is counted there (not for the commands after it in an EXEC) */
         }
         redisDb *to = target_db(c, cmd, argv, argc);
+        if (to) to = holder_of(&q, to->id);
         dict_note(&dn, &g, to ? to->dict : c->db->dict, keys);
         if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys ? keys : 1);
     }
-    c->db = home;
+    queued_dbs_end(&q);
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
     if (!grows && !g.bytes) return NULL;
     uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);

@@ -1797,7 +1797,8 @@ def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
     """Tables a command doubles outside its own key and database: SMOVE adds
     to the set at its second key, MOVE and COPY ... DB add a key to another
     database, a SELECT queued in MULTI moves the commands after it there,
-    and DEBUG POPULATE n (not CMD_DENYOOM) first expands the keyspace to n
+    and so does a SWAPDB queued there (its database then holds the other's
+    keys), and DEBUG POPULATE n (not CMD_DENYOOM) first expands the keyspace to n
     buckets (10 million keys: a 128 MB table, an abort on a 64 MiB pool).
     With a set and database 1 each at as many entries as buckets and 1 MB
     more free than the reserve, each is refused with OOM and the server
@@ -1828,6 +1829,18 @@ def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
     m = r.pipeline(transaction=True)
     m.execute_command("SELECT", 1)
     m.set("x", "v")  # refused as it is queued, in the database of the SELECT before it
+    with pytest.raises(ResponseError, match="SET x v.*OOM Mangosteen: the pool's durable heap"):
+        m.execute()
+    m = r.pipeline(transaction=True)
+    m.execute_command("SWAPDB", 0, 1)
+    m.set("x", "v")  # database 0 then holds database 1's keys (session 27)
+    with pytest.raises(ResponseError, match="SET x v.*OOM Mangosteen: the pool's durable heap"):
+        m.execute()
+    m = r.pipeline(transaction=True)
+    m.execute_command("SWAPDB", 0, 1)
+    m.execute_command("SWAPDB", 1, 0)
+    m.execute_command("SELECT", 1)
+    m.set("x", "v")  # swapped back: database 1's own keys again
     with pytest.raises(ResponseError, match="SET x v.*OOM Mangosteen: the pool's durable heap"):
         m.execute()
     with pytest.raises(ResponseError, match=oom):
