@@ -739,25 +739,22 @@ void mangoHeapRange(uintptr_t *lo, uintptr_t *hi)
 
 static void stamp_key(int dbid, robj *key, uint64_t t);
 
-void mangoKeyDeleted(redisDb *db, robj *key)
+/* A keyed section changed key (any_key: maybe any key): reads of it wait
+ * for the open batch. */
+static void stamp_section_key(redisDb *db, robj *key, int any_key)
 {
     if (!mango_on || !pipelined || write_depth == 0) return;
     int paused = mangoTransientBegin(); /* bookkeeping: not logged */
-    stamp_key(db->id, key, mango_reply_ticket());
+    stamp_key(any_key ? -1 : db->id, key, mango_reply_ticket());
     mangoTransientEnd(paused);
 }
 
+void mangoKeyDeleted(redisDb *db, robj *key) { stamp_section_key(db, key, 0); }
+
+/* While a module's client is blocked, serving may change any key. */
 void mangoKeyServed(redisDb *db, robj *key)
 {
-    if (!mango_on || !pipelined || write_depth == 0) return;
-    int paused = mangoTransientBegin();
-    uint64_t t = mango_reply_ticket();
-    if (server.blocked_clients_by_type[BLOCKED_MODULE]) {
-        if (t > global_ticket) global_ticket = t; /* a module's client may change any key */
-    } else {
-        stamp_key(db->id, key, t);
-    }
-    mangoTransientEnd(paused);
+    stamp_section_key(db, key, server.blocked_clients_by_type[BLOCKED_MODULE] != 0);
 }
 
 int mangoAnyVolatileKeys(void)
@@ -923,12 +920,13 @@ static int command_keys(client *c, getKeysResult *r)
     return n < 0 ? -1 : n;
 }
 
-/* Raise the slot of (dbid, key) to ticket t (a key that has no slot: the
- * global ticket). The table is transient: the caller has the batch paused. */
+/* Raise the slot of (dbid, key) to ticket t (a key that has no slot, or
+ * dbid -1: the global ticket). The table is transient: the caller has the
+ * batch paused. */
 static void stamp_key(int dbid, robj *key, uint64_t t)
 {
     if (!key_slots) key_slots = zcalloc(KEY_SLOTS * sizeof *key_slots);
-    long s = key_slot(dbid, key);
+    long s = dbid < 0 ? -1 : key_slot(dbid, key);
     if (s < 0) {
         if (t > global_ticket) global_ticket = t;
     } else if (t > key_slots[s]) {
@@ -943,7 +941,7 @@ static void stamp_write_keys(client *c, uint64_t t)
     int n = command_keys(c, &r);
     /* MOVE/COPY ... DB write a key of another database. */
     if (n <= 0 || !strcasecmp(name, "move") || !strcasecmp(name, "copy")) {
-        if (t > global_ticket) global_ticket = t;
+        stamp_key(-1, NULL, t);
     } else {
         for (int i = 0; i < n; i++) stamp_key(c->db->id, c->argv[r.keys[i].pos], t);
     }

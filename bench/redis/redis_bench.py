@@ -174,14 +174,19 @@ def ping_once(port, timeout=0.2):
         return False
 
 
-def redis_cmd(port, *args, timeout=600):
-    """One command over RESP, returns the raw reply line (simple/int/error/bulk header)."""
+def resp_request(*args):
+    """A command in RESP (an array of bulk strings)."""
     req = b"*%d\r\n" % len(args)
     for a in args:
         a = a if isinstance(a, bytes) else str(a).encode()
         req += b"$%d\r\n%s\r\n" % (len(a), a)
+    return req
+
+
+def redis_cmd(port, *args, timeout=600):
+    """One command over RESP, returns the raw reply line (simple/int/error/bulk header)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(req)
+        s.sendall(resp_request(*args))
         return reply_line(s)
 
 
@@ -194,14 +199,6 @@ def reply_line(s):
             break
         buf += d
     return buf.split(b"\r\n")[0].decode(errors="replace")
-
-
-def resp_request(*args):
-    req = b"*%d\r\n" % len(args)
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        req += b"$%d\r\n%s\r\n" % (len(a), a)
-    return req
 
 
 class QueueLoad:
