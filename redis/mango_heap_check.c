@@ -424,16 +424,15 @@ static redisDb *db_named(robj *arg)
     return &server.db[id];
 }
 
-/* The other database a MOVE or COPY ... DB adds its key to; NULL for the
- * client's own, and for other commands. */
-static redisDb *target_db(client *c, struct redisCommand *cmd, robj **argv, int argc)
+/* The database a MOVE or COPY ... DB names; NULL for other commands. */
+static redisDb *target_db(struct redisCommand *cmd, robj **argv, int argc)
 {
     redisDb *db = NULL;
     if (cmd->proc == moveCommand && argc == 3) db = db_named(argv[2]);
     if (cmd->proc == copyCommand)
         for (int j = 3; j + 1 < argc; j++)
             if (sdsEncodedObject(argv[j]) && !strcasecmp(argv[j]->ptr, "db")) db = db_named(argv[++j]);
-    return db == c->db ? NULL : db;
+    return db;
 }
 
 /* Can the command give a key a TTL (an entry in the expires dict)? SET
@@ -634,8 +633,10 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
             populate_growth(c, argv, argc, capacity, &g);
             keys = 0; /* its table is counted there (not for the commands after it in an EXEC) */
         }
-        redisDb *to = target_db(c, cmd, argv, argc);
-        if (to) to = holder_of(&q, to->id);
+        /* (c->db holds the selected database's dicts; a queued SWAPDB may
+         * have given them to another struct: compare ids.) */
+        redisDb *to = target_db(cmd, argv, argc);
+        to = to && to->id != q.selected ? holder_of(&q, to->id) : NULL;
         dict_note(&dn, &g, to ? to->dict : c->db->dict, keys);
         if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys ? keys : 1);
     }

@@ -1843,6 +1843,12 @@ def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
     m.set("x", "v")  # swapped back: database 1's own keys again
     with pytest.raises(ResponseError, match="SET x v.*OOM Mangosteen: the pool's durable heap"):
         m.execute()
+    m = r.pipeline(transaction=True)
+    m.execute_command("SWAPDB", 0, 1)
+    m.execute_command("SELECT", 1)  # database 0's keys, k among them
+    m.move("k", 0)  # into database 0, which then holds database 1's keys
+    with pytest.raises(ResponseError, match="MOVE k 0.*OOM Mangosteen: the pool's durable heap"):
+        m.execute()
     with pytest.raises(ResponseError, match=oom):
         r.execute_command("DEBUG", "POPULATE", 10_000_000)
     with pytest.raises(ResponseError, match=oom):
