@@ -266,8 +266,10 @@ bool mango_batch_open(void);
  * thread (the reply may report its writes), else the last ticket handed out
  * (a read may have observed a batch still in flight). Release the reply once
  * mango_durable_ticket() reaches that value. mango_durable_fd() is an eventfd
- * (non-blocking) that becomes readable whenever the durable ticket advances
- * or a sync fails: poll it in the event loop and read 8 bytes to clear it.
+ * (non-blocking) that becomes readable whenever a sync in the background
+ * advances the durable ticket, or fails: poll it in the event loop and read 8
+ * bytes to clear it. A ticket that is durable when handed out (submit or end
+ * synced it inline) does not make it readable: the caller knows already.
  *
  * mango_durable_ticket() returns MANGO_EIO once a deferred sync has failed:
  * tickets past *durable are then never durable, their replies must not be

@@ -460,15 +460,22 @@ static int commit_choice(void)
     return inline_when_idle && writes_per_pass_x16 * 10 >= cmds_per_pass_x16 * 3 ? COMMIT_HERE : COMMIT_SUBMIT;
 }
 
+/* The adapter's globals live in the executable's .bss, which is durable:
+ * an outermost section writes them before it starts capturing and after it
+ * pauses. A store of theirs while capturing would be logged with every
+ * batch, and it made a batch whose code changed nothing (the fast expire
+ * cycle of a pass with nothing to expire) cost a log sync, whose
+ * completion woke the loop for another pass: an idle server with one key
+ * with a TTL synced ~10 k times a second. */
 void mangoWriteBegin(void)
 {
     if (!mango_on) return;
     note_epoch++;
-    if (write_depth++ > 0) return;
+    if (write_depth++ > 0) return; /* nested: the batch already captures */
     if (!mango_batch_open()) {
+        if (gather_ns) batch_opened_ns = monotonic_ns();
         int rc = mango_batch_begin();
         if (rc != MANGO_OK) die("mango_batch_begin", rc);
-        if (gather_ns) batch_opened_ns = monotonic_ns();
     } else {
         mango_batch_resume();
     }
@@ -477,14 +484,14 @@ void mangoWriteBegin(void)
 void mangoWriteEnd(void)
 {
     if (!mango_on) return;
-    note_epoch++;
     if (write_depth > 1) {
+        note_epoch++;
         write_depth--;
         return;
     }
-    /* Pause: the batch stays open until beforeSleep(). The adapter's own
-     * bookkeeping is written paused, so it is not logged with every batch. */
+    /* Pause: the batch stays open until beforeSleep(). */
     mango_batch_pause();
+    note_epoch++;
     write_depth = 0;
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {

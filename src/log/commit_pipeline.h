@@ -13,7 +13,8 @@
  *              the log from the committed end to the newest sealed frame with
  *              ONE sync covering every frame sealed meanwhile, publishes the
  *              new committed end to the backend, and marks the tickets durable
- *              (waking waiters and the eventfd).
+ *              (waking waiters and the eventfd; an inline ticket wakes waiters
+ *              only).
  *
  * The backend only ever sees durable frames (committed_lsn is advanced after
  * the sync), so the mirror never holds an unacknowledged batch's bytes.
@@ -85,8 +86,9 @@ bool pipeline_idle(const commit_pipeline *cp);
 int pipeline_wait(commit_pipeline *cp, uint64_t t);
 /* The durable ticket; *err gets 0 or MANGO_EIO. */
 uint64_t pipeline_durable(commit_pipeline *cp, int *err);
-/* An eventfd (EFD_NONBLOCK) that becomes readable when the durable ticket
- * advances or a sync fails; created on first call. -1 and errno on failure. */
+/* An eventfd (EFD_NONBLOCK) that becomes readable when the sync thread
+ * advances the durable ticket or a sync fails (not for an inline ticket,
+ * durable when handed out); created on first call. -1 and errno on failure. */
 int pipeline_event_fd(commit_pipeline *cp);
 /* Calls fn(arg, durable, failed) after every advance of the durable ticket
  * and after a failed sync, on the thread that made it (the sync thread, or a
