@@ -5,7 +5,7 @@ Each round: start redis-server-durable on the pool (the first round creates
 it), check the recovered state against every acknowledged write so far, run
 concurrent clients (redis_crash_clients: SET/GET/DEL, HSET/HGET/HDEL, INCR,
 MULTI/EXEC pairs, SET PX with a long TTL, keys with a TTL of a few ms, RPUSH,
-job queues pushed to and consumed by BLMOVE on a small shared key set), SIGKILL the server after a random 100..600 ms,
+job queues consumed by BLMOVE, BZPOPMIN and XREADGROUP on a small shared key set), SIGKILL the server after a random 100..600 ms,
 wait for the clients to notice. After the last round: restart, check once
 more, then run the Porcupine linearizability checker (tests/linearizability)
 over the history of all rounds (every string key, hash field, MULTI pair and
@@ -31,7 +31,15 @@ destination qd<j> (BLMOVE q<j> qd<j>, often served while blocked): every
 element of either was pushed to q<j>, none is in both or twice; every
 acknowledged push is in one of them and every acknowledged BLMOVE's element
 in qd<j>; the previous check's qd<j> is a prefix of the new one, and every
-element found by the previous check is still in one of them. KEYS * lists
+element found by the previous check is still in one of them. Per sorted-set
+queue zq<j> (ZADD, BZPOPMIN): every member was added; no member an
+acknowledged BZPOPMIN popped is back; every acknowledged ZADD's member is
+there or popped (acknowledged, or by a BZPOPMIN cut off by the kill, one
+each). Per stream queue sq<j> with group g (XADD, XREADGROUP >): entries
+were sent, ids increase, every acknowledged XADD is there with its id;
+every acknowledged delivery is at or below the group's last-delivered id,
+whose pending list is exactly the entries up to it; the last-delivered id
+never goes back and entries found before stay. KEYS * lists
 no other key and agrees with DBSIZE.
 
 Prints `rounds=R acked=A lost=L linearizable=true|false bad_replies=B` last
@@ -140,6 +148,15 @@ class Model:
         self.queue_pushed = {}  # queue -> {vid} (acknowledged pushes)
         self.queue_moved = {}   # queue -> {vid} (acknowledged BLMOVEs, by the element moved)
         self.queue_prev = {}    # queue -> (queue, destination) found by the previous check
+        self.zq_sent = {}       # sorted-set queue -> {vid} (ZADDs sent)
+        self.zq_pushed = {}     # sorted-set queue -> {vid} (acknowledged ZADDs)
+        self.zq_popped = {}     # sorted-set queue -> {vid} (acknowledged BZPOPMINs, by the member popped)
+        self.zq_pops = {}       # sorted-set queue -> BZPOPMINs sent
+        self.zq_timeouts = {}   # sorted-set queue -> BZPOPMINs that timed out
+        self.sq_sent = {}       # stream queue -> {vid} (XADDs sent)
+        self.sq_added = {}      # stream queue -> {vid: entry id} (acknowledged XADDs)
+        self.sq_read = {}       # stream queue -> {entry id: vid} (acknowledged deliveries to group g)
+        self.sq_prev = {}       # stream queue -> ({entry id: vid}, last-delivered id) of the previous check
         self.acked = 0
         self.kinds = {}         # acknowledged writes by kind
         self.checked = {"short": 0, "ttl": 0, "list_elems": 0, "queue_elems": 0}
@@ -167,6 +184,9 @@ class Model:
             with open(path) as f:
                 for line in f:
                     p = line.split()
+                    if len(p) == 2 and line.endswith("\n") and p[0] in ("Y", "T"):
+                        d = self.zq_pops if p[0] == "Y" else self.zq_timeouts
+                        d[p[1]] = d.get(p[1], 0) + 1
                     if len(p) < 3 or not line.endswith("\n"):
                         continue
                     if p[0] == "N":
@@ -177,6 +197,10 @@ class Model:
                         self.pushes.setdefault(p[1], {})[int(p[2])] = [epoch, int(p[3]), None, None]
                     elif p[0] == "Q":
                         self.queue_sent.setdefault(p[1], {})[int(p[2])] = epoch
+                    elif p[0] == "Z":
+                        self.zq_sent.setdefault(p[1], set()).add(int(p[2]))
+                    elif p[0] == "S":
+                        self.sq_sent.setdefault(p[1], set()).add(int(p[2]))
                     elif p[0] == "A":
                         self.acked += 1
                         self.kinds[p[1]] = self.kinds.get(p[1], 0) + 1
@@ -191,6 +215,14 @@ class Model:
                             self.queue_pushed.setdefault(p[2], set()).add(int(p[3]))
                         elif p[1] == "QMOVE":
                             self.queue_moved.setdefault(p[2], set()).add(int(p[3]))
+                        elif p[1] == "ZPUSH":
+                            self.zq_pushed.setdefault(p[2], set()).add(int(p[3]))
+                        elif p[1] == "ZPOP":
+                            self.zq_popped.setdefault(p[2], set()).add(int(p[3]))
+                        elif p[1] == "XADD":
+                            self.sq_added.setdefault(p[2], {})[int(p[3])] = p[4]
+                        elif p[1] == "XREAD":
+                            self.sq_read.setdefault(p[2], {})[p[3]] = int(p[4])
 
     def _add_write(self, k, vid, w):
         if vid == 0:
@@ -347,6 +379,93 @@ class Model:
         return lost, "; ".join(why[:5]) or None
 
 
+    def check_zqueue(self, name, found):
+        """The recovered sorted-set queue: members ZADDed and not popped."""
+        lost, why = 0, []
+        self.checked["queue_elems"] += len(found)
+        sent = self.zq_sent.get(name, set())
+        unknown = [e for e in found if e == "torn" or int(e) not in sent]
+        if unknown:
+            lost += len(unknown)
+            why.append(f"{len(unknown)} members never added (e.g. {unknown[0]})")
+        have = {int(e) for e in found if e != "torn"}
+        popped = self.zq_popped.get(name, set())
+        back = sorted(have & popped)
+        if back:
+            lost += len(back)
+            why.append(f"{len(back)} members an acknowledged BZPOPMIN popped are back (e.g. {back[0]})")
+        # An acknowledged ZADD's member is there, or was popped: by an
+        # acknowledged BZPOPMIN, or by one cut off by a kill (one at most each).
+        missing = sorted(self.zq_pushed.get(name, set()) - have - popped)
+        cut_off = self.zq_pops.get(name, 0) - len(popped) - self.zq_timeouts.get(name, 0)
+        if len(missing) > cut_off:
+            lost += len(missing) - cut_off
+            why.append(f"{len(missing)} acknowledged ZADDs neither there nor popped, but only {cut_off} "
+                       f"BZPOPMINs of unknown outcome (e.g. {missing[0]})")
+        return lost, "; ".join(why) or None
+
+    def check_squeue(self, name, entries, last, pending):
+        """The recovered stream queue: every acknowledged XADD is there; group
+        g's last-delivered id covers every acknowledged delivery, and its
+        pending list is exactly the entries up to that id (none is
+        acknowledged with XACK), so no job is delivered twice or lost."""
+        lost, why = 0, []
+        self.checked["queue_elems"] += len(entries)
+
+        def key(i):
+            ms, seq = i.split("-")
+            return (int(ms), int(seq))
+
+        ids = [i for i, _ in entries]
+        if [key(i) for i in ids] != sorted({key(i) for i in ids}):
+            lost += 1
+            why.append("entry ids not increasing")
+        sent = self.sq_sent.get(name, set())
+        by_id = dict(entries)
+        unknown = [v for v in by_id.values() if v == "torn" or int(v) not in sent]
+        if unknown:
+            lost += len(unknown)
+            why.append(f"{len(unknown)} entries no XADD sent (e.g. {unknown[0]})")
+        vids = [v for v in by_id.values()]
+        if len(set(vids)) != len(vids):
+            lost += len(vids) - len(set(vids))
+            why.append("a value in two entries")
+        gone = [(v, i) for v, i in self.sq_added.get(name, {}).items() if by_id.get(i) != str(v)]
+        if gone:
+            lost += len(gone)
+            why.append(f"{len(gone)} acknowledged XADDs not there (e.g. {gone[0][1]})")
+        if last == "none":
+            # created and acknowledged before any client of an epoch sends
+            # an XADD (redis_crash_clients' create_groups)
+            if sent:
+                lost += 1
+                why.append("consumer group g is gone")
+            return lost, "; ".join(why) or None
+        unread = [i for i in self.sq_read.get(name, {}) if key(i) > key(last)]
+        if unread:
+            lost += len(unread)
+            why.append(f"{len(unread)} acknowledged deliveries past the group's last-delivered id {last} "
+                       f"(would be delivered again; e.g. {unread[0]})")
+        wrong = [(i, v) for i, v in self.sq_read.get(name, {}).items() if by_id.get(i) != str(v)]
+        if wrong:
+            lost += len(wrong)
+            why.append(f"{len(wrong)} delivered entries missing or changed (e.g. {wrong[0][0]})")
+        delivered = {i for i in ids if key(i) <= key(last)}
+        if set(pending) != delivered or len(set(pending)) != len(pending):
+            lost += 1
+            why.append(f"pending list ({len(pending)}) is not the {len(delivered)} entries up to {last}")
+        prev_entries, prev_last = self.sq_prev.get(name, ({}, "0-0"))
+        self.sq_prev[name] = (by_id, last)
+        if key(last) < key(prev_last):
+            lost += 1
+            why.append(f"last-delivered id went back from {prev_last} to {last}")
+        lost_prev = [i for i, v in prev_entries.items() if by_id.get(i) != v]
+        if lost_prev:
+            lost += len(lost_prev)
+            why.append(f"{len(lost_prev)} entries recovered before are gone (e.g. {lost_prev[0]})")
+        return lost, "; ".join(why[:5]) or None
+
+
 def client_args(args, port, epoch, hist):
     return ["--port", str(port), "--epoch", str(epoch), "--dir", hist, "--clients", str(args.nclients),
             "--keys", str(args.keys), "--hashes", str(args.hashes), "--fields", str(args.fields),
@@ -363,6 +482,7 @@ def verify(args, server, model, epoch, hist):
     lost = 0
     regs, names, dbsize = {}, None, None
     queues = {}  # queue -> {"queue": elements, "moved": elements}
+    streams = {}  # stream queue -> {"stream": [(id, vid)], "group": last id, "pending": [ids]}
 
     def report(name, n, why):
         nonlocal lost
@@ -397,13 +517,30 @@ def verify(args, server, model, epoch, hist):
             if int(p[2]) != len(p[3:]):
                 report(p[1], 1, "LRANGE cut short")
             queues.setdefault(p[1], {})[kind] = p[3:]
+        elif kind == "zset":
+            if int(p[2]) != len(p[3:]):
+                report(p[1], 1, "ZRANGE cut short")
+            report(f"{p[1]} (sorted-set queue)", *model.check_zqueue(p[1], p[3:]))
+        elif kind == "stream":
+            if int(p[2]) != len(p[3:]):
+                report(p[1], 1, "XRANGE cut short")
+            streams.setdefault(p[1], {})["stream"] = [tuple(e.split(":")) for e in p[3:]]
+        elif kind == "group":
+            streams.setdefault(p[1], {})["group"] = p[2]
+        elif kind == "pending":
+            if int(p[2]) != len(p[3:]):
+                report(p[1], 1, "XPENDING cut short")
+            streams.setdefault(p[1], {})["pending"] = p[3:]
         elif kind == "keys":
             names = p[1:]
         elif kind == "dbsize":
             dbsize = int(p[1])
     for name, q in sorted(queues.items()):
         report(f"{name} (queue)", *model.check_queue(name, q.get("queue", []), q.get("moved", [])))
-    known = re.compile(r"^(k\d+|h\d+|c\d+|ta\d+|th|x\d+|l\d+|q\d+|qd\d+)$")
+    for name, q in sorted(streams.items()):
+        report(f"{name} (stream queue)", *model.check_squeue(name, q.get("stream", []), q.get("group", "none"),
+                                                               q.get("pending", [])))
+    known = re.compile(r"^(k\d+|h\d+|c\d+|ta\d+|th|x\d+|l\d+|q\d+|qd\d+|zq\d+|sq\d+)$")
     odd = [n for n in names if not known.match(n)]
     if odd:
         report("KEYS *", len(odd), f"unexpected keys: {' '.join(sorted(odd)[:10])}")
@@ -439,7 +576,9 @@ def main():
     ap.add_argument("--ttl-keys", type=int, default=4, help="registers written with SET PX <long-px> or SET")
     ap.add_argument("--short-keys", type=int, default=16, help="keys written with a TTL of 1..short-px-max ms")
     ap.add_argument("--lists", type=int, default=2)
-    ap.add_argument("--queues", type=int, default=1, help="job queues (RPUSH, and BLMOVE to a destination list)")
+    ap.add_argument("--queues", type=int, default=1,
+                    help="job queues of each kind: list (RPUSH, BLMOVE to a destination list), "
+                         "sorted set (ZADD, BZPOPMIN), stream with a consumer group (XADD, XREADGROUP)")
     ap.add_argument("--long-px", type=int, default=3600000)
     ap.add_argument("--short-px-max", type=int, default=50)
     ap.add_argument("--think-us", type=int, default=100)

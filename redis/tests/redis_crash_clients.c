@@ -17,9 +17,12 @@
  *   - short-TTL keys s0..s<S-1>: SET s v PX 1..M ms (--short-px-max) or
  *     MULTI SET s v; PEXPIRE s 1..M; EXEC; GET (a value must not be torn);
  *   - lists l0..l<L-1>: RPUSH of a unique value;
- *   - job queues q0..q<Q-1>: RPUSH of a unique value, or BLMOVE q<j> qd<j>
- *     LEFT RIGHT with a 20 ms timeout, so a thread often waits blocked and
- *     another thread's push serves it (handleClientsBlockedOnKeys).
+ *   - job queues, each served while blocked (handleClientsBlockedOnKeys):
+ *     lists q0..q<Q-1> (RPUSH of a unique value, or BLMOVE q<j> qd<j> LEFT
+ *     RIGHT), sorted sets zq<j> (ZADD, or BZPOPMIN) and streams sq<j> with
+ *     consumer group g (XADD, or XREADGROUP COUNT 1 ... >, which adds the
+ *     entry to the group's pending list), all with a 20 ms timeout, so a
+ *     thread often waits blocked and another thread's push serves it.
  *   MULTI/EXEC commands are sent in one write (pipelined). A thread stops at
  *   the first connection error (the server was killed), at an error or
  *   unexpected reply, or after --seconds. Each thread writes:
@@ -38,21 +41,27 @@
  *     "N INCR <counter>", "X <hkey> <value-id> <px> <wall_ms>" (a write of a
  *     TTL register, px 0: no TTL; CLOCK_REALTIME ms before sending),
  *     "P <list> <value-id> <t_ns>" (an RPUSH), "Q <queue> <value-id> <t_ns>"
- *     (a push to a queue); and one line per acknowledged
+ *     (a push to a queue), "Z <zq> <value-id> <t_ns>" (a ZADD), "Y <zq>" (a
+ *     BZPOPMIN; "T <zq>" after it if it timed out), "S <sq> <value-id>
+ *     <t_ns>" (an XADD); and one line per acknowledged
  *     write: "A SET <key> <value-id>", "A HSET <hash> <field> <value-id>",
  *     "A DEL <key>", "A HDEL <hash> <field>", "A MULTI <pair> <value-id>",
  *     "A MULTIDEL <pair>", "A SETX <hkey> <value-id> <wall_ms>" (after the
  *     reply), "A SETS <key> <value-id>", "A INCR <counter> <result>",
  *     "A RPUSH <list> <value-id> <length> <t_ns>", "A QPUSH <queue> <value-id>",
  *     "A QMOVE <queue> <value-id>" (a BLMOVE that moved that element to
- *     qd<j>).
+ *     qd<j>), "A ZPUSH <zq> <value-id>", "A ZPOP <zq> <value-id>",
+ *     "A XADD <sq> <value-id> <entry-id>", "A XREAD <sq> <entry-id>
+ *     <value-id>" (an entry delivered to the group).
  * dump: one connection reads every register (logged as history, client index
  *   999, epoch E), counter, short-TTL key and list, and prints on stdout:
  *   "reg <hkey> <value-id|0|torn> [detail]", "ttl <hkey> <pexpiretime>",
  *   "ctr <name> <value>", "short <name> <value-id|0|torn> <pttl>",
  *   "list <name> <n> <value-id|torn>...", "queue <q> <n> <value-id|torn>..."
  *   and "moved <q> <n> <value-id|torn>..." (the queue q<j> and its
- *   destination qd<j>), "keys <name>..." (KEYS *, after
+ *   destination qd<j>), "zset <zq> <n> <value-id|torn>...", "stream <sq> <n>
+ *   <entry-id>:<value-id|torn>...", "group <sq> <last-delivered-id|none>",
+ *   "pending <sq> <n> <entry-id>...", "keys <name>..." (KEYS *, after
  *   the short-TTL keys were read) and "dbsize <n>".
  *
  * Value ids are E<<40 | client<<32 | n (unique; 0 is "never written"); the
@@ -776,9 +785,134 @@ static int queue_move(ctx_t *x, const char *q, const char *qd) {
     return OP_OK;
 }
 
+/* Reads one reply of the given type into x->r (any type: -1); an error
+ * reply or another type is OP_BAD. */
+static int next_reply(ctx_t *x, int type) {
+    if (read_reply(x->c, x->r) < 0)
+        return OP_BROKEN;
+    if (x->r->type == REP_ERROR)
+        return bad(x, "error reply: %s", x->r->str);
+    if (type >= 0 && x->r->type != type)
+        return bad(x, "unexpected reply type %d (want %d)", x->r->type, type);
+    return OP_OK;
+}
+
+/* Sorted-set job queue zq<j>: ZADD of a unique member (score: the time), or
+ * BZPOPMIN with a 20 ms timeout (served while blocked by another client's
+ * ZADD). Ack log: "Z <zq> <vid> <t_ns>" before a ZADD, "A ZPUSH <zq> <vid>"
+ * after; "Y <zq>" before a BZPOPMIN, then "A ZPOP <zq> <vid>" or "T <zq>"
+ * (timed out: nothing popped). */
+static int op_zqueue(ctx_t *x, int j) {
+    char q[32], v[256], score[32];
+    snprintf(q, sizeof q, "zq%d", j);
+    if (rng_next(&x->rng) % 2) {
+        x->what = "BZPOPMIN";
+        fprintf(x->ack, "Y %s\n", q);
+        CMD(&x->b, "BZPOPMIN", q, "0.02");
+        int rc = send_buf(x);
+        if (rc == OP_OK)
+            rc = next_reply(x, REP_ARRAY);
+        if (rc != OP_OK)
+            return rc;
+        if (x->r->integer == -1) { /* timed out while blocked */
+            fprintf(x->ack, "T %s\n", q);
+            return OP_OK;
+        }
+        if (x->r->integer != 3)
+            return bad(x, "an array of %lld elements", x->r->integer);
+        if ((rc = next_reply(x, REP_BULK)) != OP_OK)
+            return rc;
+        if (strcmp(x->r->str, q) != 0)
+            return bad(x, "popped from %s", x->r->str);
+        if ((rc = next_reply(x, -1)) != OP_OK)
+            return rc;
+        uint64_t got = parse_value(x->r);
+        if ((rc = next_reply(x, REP_BULK)) != OP_OK) /* the score */
+            return rc;
+        if (got == 0 || got == TORN)
+            return bad(x, "%s: popped a member no ZADD added", q);
+        fprintf(x->ack, "A ZPOP %s %" PRIu64 "\n", q, got);
+        x->w->acked++;
+        return OP_OK;
+    }
+    uint64_t vid = new_vid(x);
+    make_value(vid, v, sizeof v);
+    snprintf(score, sizeof score, "%" PRIu64, now_ns() / 1000);
+    fprintf(x->ack, "Z %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
+    x->what = "ZADD";
+    CMD(&x->b, "ZADD", q, score, v);
+    int rc = roundtrip(x, REP_INT, NULL);
+    if (rc != OP_OK)
+        return rc;
+    if (x->r->integer != 1)
+        return bad(x, "%s: ZADD of a new member added %lld", q, x->r->integer);
+    fprintf(x->ack, "A ZPUSH %s %" PRIu64 "\n", q, vid);
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* Stream job queue sq<j> with consumer group g (created by do_run): XADD of
+ * a unique value, or XREADGROUP ... COUNT 1 BLOCK 20 ... > (served while
+ * blocked by another client's XADD). Ack log: "S <sq> <vid> <t_ns>" before
+ * an XADD, "A XADD <sq> <vid> <id>" after; "A XREAD <sq> <id> <vid>" for a
+ * delivered entry. */
+static int op_squeue(ctx_t *x, int j) {
+    char q[32], v[256], me[32];
+    snprintf(q, sizeof q, "sq%d", j);
+    int rc;
+    if (rng_next(&x->rng) % 2) {
+        x->what = "XREADGROUP";
+        snprintf(me, sizeof me, "c%d", x->w->idx);
+        CMD(&x->b, "XREADGROUP", "GROUP", "g", me, "COUNT", "1", "BLOCK", "20", "STREAMS", q, ">");
+        if ((rc = send_buf(x)) == OP_OK)
+            rc = next_reply(x, REP_ARRAY);
+        if (rc != OP_OK)
+            return rc;
+        if (x->r->integer == -1)
+            return OP_OK; /* timed out while blocked */
+        /* [[q, [[id, ["v", value]]]]] */
+        if (x->r->integer != 1 || (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2 ||
+            (rc = next_reply(x, REP_BULK)) != OP_OK || strcmp(x->r->str, q) != 0 ||
+            (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 1 ||
+            (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2)
+            return rc != OP_OK ? rc : bad(x, "%s: not one entry of the stream", q);
+        if ((rc = next_reply(x, REP_BULK)) != OP_OK)
+            return rc;
+        char id[64];
+        snprintf(id, sizeof id, "%s", x->r->str);
+        if ((rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2 ||
+            (rc = next_reply(x, REP_BULK)) != OP_OK || strcmp(x->r->str, "v") != 0 ||
+            (rc = next_reply(x, -1)) != OP_OK)
+            return rc != OP_OK ? rc : bad(x, "%s %s: not one field v", q, id);
+        uint64_t got = parse_value(x->r);
+        if (got == 0 || got == TORN)
+            return bad(x, "%s %s: an entry no XADD added", q, id);
+        fprintf(x->ack, "A XREAD %s %s %" PRIu64 "\n", q, id, got);
+        x->w->acked++;
+        return OP_OK;
+    }
+    uint64_t vid = new_vid(x);
+    make_value(vid, v, sizeof v);
+    fprintf(x->ack, "S %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
+    x->what = "XADD";
+    CMD(&x->b, "XADD", q, "*", "v", v);
+    if ((rc = roundtrip(x, REP_BULK, NULL)) != OP_OK)
+        return rc;
+    fprintf(x->ack, "A XADD %s %" PRIu64 " %s\n", q, vid, x->r->str);
+    x->w->acked++;
+    return OP_OK;
+}
+
+/* A job queue: a list (BLMOVE), a sorted set (BZPOPMIN) or a stream with a
+ * consumer group (XREADGROUP), a third of the time each. */
 static int op_queue(ctx_t *x) {
     char q[32], qd[32];
     int j = (int)(rng_next(&x->rng) % (uint64_t)opt_queues);
+    unsigned kind = (unsigned)(rng_next(&x->rng) % 3);
+    if (kind == 1)
+        return op_zqueue(x, j);
+    if (kind == 2)
+        return op_squeue(x, j);
     snprintf(q, sizeof q, "q%d", j);
     snprintf(qd, sizeof qd, "qd%d", j);
     if (rng_next(&x->rng) % 2)
@@ -853,7 +987,41 @@ out:
     return NULL;
 }
 
+/* The consumer group g of each stream queue sq<j> (the stream made empty
+ * if missing); BUSYGROUP after the first epoch. 0, 1 if the connection
+ * broke (the server was killed: the run ends at once, as its clients
+ * would), 2 on an error. A group acknowledged here and lost by a crash
+ * makes the next epoch's XREADGROUPs fail with NOGROUP: bad replies. */
+static int create_groups(void) {
+    conn_t c;
+    reply_t *r = malloc(sizeof *r);
+    cmdbuf_t b = {0};
+    int rc = conn_open(&c) < 0 ? 1 : 0;
+    for (int j = 0; j < opt_queues && rc == 0; j++) {
+        char q[32];
+        snprintf(q, sizeof q, "sq%d", j);
+        CMD(&b, "XGROUP", "CREATE", q, "g", "$", "MKSTREAM");
+        if (cmd_send(&c, &b) < 0 || read_reply(&c, r) < 0) {
+            rc = 1;
+        } else if (!(r->type == REP_STATUS || (r->type == REP_ERROR && !strncmp(r->str, "BUSYGROUP", 9)))) {
+            fprintf(stderr, "XGROUP CREATE %s: %s\n", q, r->str);
+            rc = 2;
+        }
+    }
+    if (c.fd >= 0)
+        close(c.fd);
+    free(r);
+    return rc;
+}
+
 static int do_run(void) {
+    int g = opt_queues > 0 ? create_groups() : 0;
+    if (g == 1) {
+        printf("epoch=%d clients=%d ops=0 acked_writes=0 broken=1 bad_replies=0\n", opt_epoch, opt_clients);
+        return 0;
+    }
+    if (g != 0)
+        return 2;
     worker_t *ws = calloc((size_t)opt_clients, sizeof *ws);
     for (int i = 0; i < opt_clients; i++) {
         ws[i].idx = i;
@@ -976,6 +1144,107 @@ static int dump_list(dump_t *d, const char *tag, const char *name, const char *k
     return rc;
 }
 
+/* Prints "zset <zq> <n> <value-id|torn>..." (ZRANGE 0 -1). */
+static int dump_zset(dump_t *d, const char *key) {
+    CMD(&d->b, "ZRANGE", key, "0", "-1");
+    int rc = dump_cmd(d);
+    if (rc < 0 || d->r->type != REP_ARRAY)
+        return -1;
+    long long n = d->r->integer;
+    printf("zset %s %lld", key, n);
+    for (long long j = 0; j < n && rc == 0; j++)
+        if ((rc = dump_next(d, -1)) == 0) {
+            putchar(' ');
+            print_value(stdout, parse_value(d->r));
+        }
+    putchar('\n');
+    return rc;
+}
+
+/* Prints, for stream queue sq<j>: "stream <sq> <n> <id>:<value-id|torn>..."
+ * (XRANGE - +), "group <sq> <last-delivered-id|none>" (XINFO GROUPS) and
+ * "pending <sq> <n> <id>..." (XPENDING of group g). */
+static int dump_stream(dump_t *d, const char *key) {
+    CMD(&d->b, "XRANGE", key, "-", "+");
+    int rc = dump_cmd(d);
+    if (rc < 0 || d->r->type != REP_ARRAY)
+        return -1;
+    long long n = d->r->integer;
+    printf("stream %s %lld", key, n);
+    for (long long j = 0; j < n && rc == 0; j++) {
+        char id[64] = "";
+        if ((rc = dump_next(d, REP_ARRAY)) == 0 && (rc = dump_next(d, REP_BULK)) == 0) {
+            snprintf(id, sizeof id, "%s", d->r->str);
+            rc = dump_next(d, REP_ARRAY);
+        }
+        long long nf = rc == 0 ? d->r->integer : 0;
+        uint64_t v = nf == 2 ? 0 : TORN;
+        for (long long f = 0; f < nf && rc == 0; f++)
+            if ((rc = dump_next(d, -1)) == 0 && f == 1)
+                v = parse_value(d->r);
+        if (rc == 0) {
+            printf(" %s:", id);
+            print_value(stdout, v == 0 ? TORN : v);
+        }
+    }
+    putchar('\n');
+    if (rc < 0)
+        return rc;
+    if (n == 0) { /* XINFO GROUPS fails on a missing key */
+        CMD(&d->b, "EXISTS", key);
+        if ((rc = dump_cmd(d)) < 0 || d->r->type != REP_INT)
+            return -1;
+        if (d->r->integer == 0) {
+            printf("group %s none\n", key);
+            return 0;
+        }
+    }
+    CMD(&d->b, "XINFO", "GROUPS", key);
+    if ((rc = dump_cmd(d)) < 0 || d->r->type != REP_ARRAY)
+        return -1;
+    long long ng = d->r->integer;
+    char last[64] = "none";
+    for (long long g = 0; g < ng && rc == 0; g++) {
+        if ((rc = dump_next(d, REP_ARRAY)) < 0)
+            break;
+        long long nf = d->r->integer;
+        int is_g = 0, want_last = 0;
+        for (long long f = 0; f < nf && rc == 0; f++) {
+            if ((rc = dump_next(d, -1)) < 0)
+                break;
+            if (f % 2 == 0) {
+                want_last = !strcmp(d->r->str, "last-delivered-id");
+                if (!strcmp(d->r->str, "name"))
+                    is_g = -1; /* the value follows */
+            } else {
+                if (is_g == -1)
+                    is_g = !strcmp(d->r->str, "g");
+                else if (want_last && is_g == 1)
+                    snprintf(last, sizeof last, "%s", d->r->str);
+            }
+        }
+    }
+    printf("group %s %s\n", key, last);
+    if (rc < 0 || !strcmp(last, "none"))
+        return rc;
+    CMD(&d->b, "XPENDING", key, "g", "-", "+", "1000000");
+    if ((rc = dump_cmd(d)) < 0 || d->r->type != REP_ARRAY)
+        return -1;
+    long long np = d->r->integer;
+    printf("pending %s %lld", key, np);
+    for (long long j = 0; j < np && rc == 0; j++) {
+        if ((rc = dump_next(d, REP_ARRAY)) < 0 || d->r->integer != 4 || (rc = dump_next(d, REP_BULK)) < 0) {
+            rc = -1;
+            break;
+        }
+        printf(" %s", d->r->str);
+        for (int f = 0; f < 3 && rc == 0; f++)
+            rc = dump_next(d, -1);
+    }
+    putchar('\n');
+    return rc;
+}
+
 static int do_dump(void) {
     dump_t d = {0};
     d.h = open_log("client", DUMP_CLIENT);
@@ -1053,6 +1322,12 @@ static int do_dump(void) {
         rc = dump_list(&d, "queue", k, k);
         if (rc == 0)
             rc = dump_list(&d, "moved", k, qd);
+        snprintf(k, sizeof k, "zq%d", i);
+        if (rc == 0)
+            rc = dump_zset(&d, k);
+        snprintf(k, sizeof k, "sq%d", i);
+        if (rc == 0)
+            rc = dump_stream(&d, k);
     }
     if (rc == 0) {
         CMD(&d.b, "KEYS", "*");
