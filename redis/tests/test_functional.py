@@ -2607,6 +2607,49 @@ def test_read_dependency_mutant_is_caught(server_factory):
     assert early > 0.05, f"the mutant answered the GET only {early:.3f} s early: the check would not catch it"
 
 
+@pytest.mark.parametrize("how", ["SET", "MULTI"])
+def test_keyspace_notifications_wait_for_their_batch(server_factory, how):
+    """A keyspace notification, and a PUBLISH queued in the same MULTI as a
+    write, is a reply to the subscriber made inside the write's batch: it
+    goes out only once that batch is durable (300 ms sim-mode syncs), as
+    the writer's own reply does. (docs/redis.md listed the opposite as a
+    limitation until session 28; this measures it.)"""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    r = s.client()
+    r.config_set("notify-keyspace-events", "KA")
+    sub = s.client().pubsub()
+    sub.psubscribe("__keyspace@0__:*")
+    sub.subscribe("jobs")
+    for _ in range(2):
+        assert sub.get_message(timeout=5)["type"] in ("psubscribe", "subscribe")
+    time.sleep(0.7)  # the CONFIG SET's batch (and any before it) durable
+    replied = {}
+
+    def write():
+        if how == "SET":
+            r.set("k", "v")
+        else:
+            p = r.pipeline(transaction=True)
+            p.set("k", "v")
+            p.publish("jobs", "k is ready")
+            p.execute()
+        replied["t"] = time.monotonic()
+
+    t0 = time.monotonic()
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    got = []
+    while len(got) < (1 if how == "SET" else 2) and time.monotonic() - t0 < 10:
+        m = sub.get_message(timeout=5)
+        if m:
+            got.append((time.monotonic() - t0, m["channel"]))
+    t.join(10)
+    assert len(got) == (1 if how == "SET" else 2), got
+    assert "t" in replied and replied["t"] - t0 > 0.25, "the write did not wait for its 300 ms sync; timing off"
+    early = [(round(at, 3), ch) for at, ch in got if at < 0.25]
+    assert not early, f"messages before the write's batch was durable: {early}"
+
+
 def cpu_seconds(pid):
     """User + system CPU time of a process, from /proc/PID/stat."""
     with open(f"/proc/{pid}/stat") as f:
