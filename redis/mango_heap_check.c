@@ -16,6 +16,7 @@
  *   - the strings it grows (SETRANGE, SETBIT, BITFIELD, APPEND, BITOP, COPY);
  *   - the tables its dicts double into: the keyspace and expires of the
  *     database it adds keys to, the hash, set or sorted set it adds to;
+ *   - the small (intset, listpack) values it converts to hash tables;
  *   - the values it builds from keys it reads (SUNIONSTORE, SORT, COPY ...);
  *   - for DEBUG POPULATE, the table it expands to and the keys it makes.
  * An EXEC is judged by the commands it queued, in the database a queued
@@ -29,6 +30,7 @@
 #include "mango_adapter.h"
 #include "mango.h"
 
+#include <ctype.h>
 #include <stdint.h>
 #include <string.h>
 #include <strings.h>
@@ -386,6 +388,117 @@ static void dict_note(dicts_noted *dn, growth *g, dict *d, uint64_t adds)
     }
 }
 
+/* ---- compact values that become hash tables ------------------------------ *
+ * A small set of integers is an intset, a small hash or sorted set a
+ * listpack: one allocation. The command that gives it an entry past its
+ * limits (set-max-intset-entries, a member that is not an integer;
+ * hash-/zset-max-listpack-entries and -value) converts it at once: every
+ * entry becomes a dictEntry and strings of its own (a sorted set's also a
+ * skiplist node), under a table for all of them. An EXEC of 300 SADDs of a
+ * string to 300 sets of 500 integers asked for about 9 MB that way, from
+ * 5 KB of arguments, and Redis aborted on a pool with 2.8 MB free. Counted
+ * per value once (an EXEC may add to it many times): its entries, those the
+ * commands add, CONVERTED_ENTRY bytes each, the compact encoding's bytes
+ * (the strings it held), and the table, in one piece. */
+#define CONVERTED_ENTRY 96
+typedef struct compact_noted {
+    robj *o[DICTS_NOTED];
+    uint64_t adds[DICTS_NOTED];
+    int breaks[DICTS_NOTED]; /* an argument breaks the encoding's limits by itself */
+    int n;
+} compact_noted;
+
+static uint64_t compact_entries(robj *o, uint64_t *bytes)
+{
+    if (o->type == OBJ_SET && o->encoding == OBJ_ENCODING_INTSET) {
+        *bytes = intsetBlobLen(o->ptr);
+        return intsetLen(o->ptr);
+    }
+    if ((o->type == OBJ_HASH || o->type == OBJ_ZSET) && o->encoding == OBJ_ENCODING_LISTPACK) {
+        *bytes = lpBytes(o->ptr);
+        return lpLength(o->ptr) / 2;
+    }
+    return 0;
+}
+
+static int converts(robj *o, uint64_t entries)
+{
+    if (o->type == OBJ_SET) return entries > server.set_max_intset_entries;
+    if (o->type == OBJ_HASH) return entries > server.hash_max_listpack_entries;
+    return entries > server.zset_max_listpack_entries;
+}
+
+static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks);
+
+/* How many of the entries in argv[from..argc-1] the value at o lacks: set
+ * members; hash fields (field, value pairs); sorted-set members (after
+ * ZADD's or GEOADD's options: score, member or longitude, latitude,
+ * member). Asked only when the count from the arguments alone would pass
+ * the encoding's limit: an update of a hash at its limit adds nothing. */
+static uint64_t entries_new(robj *o, robj **argv, int from, int argc, int per)
+{
+    if (o->type == OBJ_ZSET)
+        while (from < argc && sdsEncodedObject(argv[from]) && sdslen(argv[from]->ptr) <= 4 &&
+               !isdigit((unsigned char)((char *)argv[from]->ptr)[0]) && ((char *)argv[from]->ptr)[0] != '-' &&
+               ((char *)argv[from]->ptr)[0] != '+')
+            from++; /* NX XX GT LT CH INCR (a score starts with a digit, a sign, or is inf/nan: counted) */
+    uint64_t n = 0;
+    for (int i = from; i + per - 1 < argc; i += per) {
+        robj *e = argv[o->type == OBJ_ZSET ? i + per - 1 : i];
+        if (!sdsEncodedObject(e)) {
+            n++;
+            continue;
+        }
+        double score;
+        int have = o->type == OBJ_SET    ? setTypeIsMember(o, e->ptr)
+                   : o->type == OBJ_HASH ? hashTypeExists(o, e->ptr)
+                                         : zsetScore(o, e->ptr, &score) == C_OK;
+        n += !have;
+    }
+    return n;
+}
+
+/* Arguments argv[from..argc-1] added to the compact value at key. */
+static void compact_note(compact_noted *cn, growth *g, client *c, robj *key, robj **argv, int from, int argc,
+                         int per, uint64_t adds)
+{
+    robj *o = peek_value(c, key);
+    if (!o || (o->type != OBJ_SET && o->type != OBJ_HASH && o->type != OBJ_ZSET)) return;
+    if (o->encoding != OBJ_ENCODING_INTSET && o->encoding != OBJ_ENCODING_LISTPACK) return;
+    int breaks = 0;
+    for (int i = from; i < argc && !breaks; i++) {
+        if (!sdsEncodedObject(argv[i])) continue;
+        size_t len = sdslen(argv[i]->ptr);
+        long long v;
+        if (o->type == OBJ_SET) breaks = !string2ll(argv[i]->ptr, len, &v);
+        else if (o->type == OBJ_HASH) breaks = len > server.hash_max_listpack_value;
+        else breaks = len > server.zset_max_listpack_value;
+    }
+    uint64_t bytes;
+    if (!breaks && converts(o, compact_entries(o, &bytes) + adds)) adds = entries_new(o, argv, from, argc, per);
+    for (int i = 0; i < cn->n; i++)
+        if (cn->o[i] == o) {
+            cn->adds[i] += adds;
+            cn->breaks[i] |= breaks;
+            return;
+        }
+    if (cn->n < DICTS_NOTED) {
+        cn->o[cn->n] = o;
+        cn->adds[cn->n] = adds;
+        cn->breaks[cn->n++] = breaks;
+    } else {
+        conversion_growth(g, o, adds, breaks); /* many values: each on its own */
+    }
+}
+
+static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks)
+{
+    uint64_t bytes = 0, entries = compact_entries(o, &bytes) + adds;
+    if (!breaks && !converts(o, entries)) return;
+    g->bytes += entries * CONVERTED_ENTRY + bytes;
+    growth_add(g, table_for(entries));
+}
+
 /* The arguments a command of these categories needs to add one entry to the
  * value at its first argument: a set's member; a field and its value, a
  * score and its member; a longitude, a latitude and a member. 0: another
@@ -588,6 +701,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     if (!capacity) return NULL;
     growth g = {0};
     dicts_noted dn = {.n = 0};
+    compact_noted cn = {.n = 0};
     uint64_t argcs = 0;
     int grows = 0; /* one command may grow memory (else only a table is refused) */
     /* Queued commands after a SELECT or a SWAPDB (queued_dbs). */
@@ -619,11 +733,13 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         if (cmd->proc == smoveCommand) {
             dict *vd = argc == 4 ? value_dict(c, argv[2]) : NULL;
             if (vd) dict_note(&dn, &g, vd, 1);
+            else if (argc == 4) compact_note(&cn, &g, c, argv[2], argv, 3, argc, 1, 1);
         } else if (per) {
             uint64_t adds = (uint64_t)(argc - 2) / (uint64_t)per;
             dict *vd = value_dict(c, argv[1]);
             if (vd) dict_note(&dn, &g, vd, adds);
             else if (adds >= 128) growth_add(&g, table_for(adds));
+            if (!vd) compact_note(&cn, &g, c, argv[1], argv, 2, argc, per, adds);
         }
         /* The keyspace and expires it adds keys to (expires: only commands
          * that can set a TTL); MOVE and COPY ... DB add them to another
@@ -642,6 +758,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     }
     queued_dbs_end(&q);
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
+    for (int i = 0; i < cn.n; i++) conversion_growth(&g, cn.o[i], cn.adds[i], cn.breaks[i]);
     if (!grows && !g.bytes) return NULL;
     uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)
