@@ -785,18 +785,6 @@ static int queue_move(ctx_t *x, const char *q, const char *qd) {
     return OP_OK;
 }
 
-/* Reads one reply of the given type into x->r (any type: -1); an error
- * reply or another type is OP_BAD. */
-static int next_reply(ctx_t *x, int type) {
-    if (read_reply(x->c, x->r) < 0)
-        return OP_BROKEN;
-    if (x->r->type == REP_ERROR)
-        return bad(x, "error reply: %s", x->r->str);
-    if (type >= 0 && x->r->type != type)
-        return bad(x, "unexpected reply type %d (want %d)", x->r->type, type);
-    return OP_OK;
-}
-
 /* Sorted-set job queue zq<j>: ZADD of a unique member (score: the time), or
  * BZPOPMIN with a 20 ms timeout (served while blocked by another client's
  * ZADD). Ack log: "Z <zq> <vid> <t_ns>" before a ZADD, "A ZPUSH <zq> <vid>"
@@ -811,7 +799,7 @@ static int op_zqueue(ctx_t *x, int j) {
         CMD(&x->b, "BZPOPMIN", q, "0.02");
         int rc = send_buf(x);
         if (rc == OP_OK)
-            rc = next_reply(x, REP_ARRAY);
+            rc = expect(x, REP_ARRAY, NULL);
         if (rc != OP_OK)
             return rc;
         if (x->r->integer == -1) { /* timed out while blocked */
@@ -820,14 +808,14 @@ static int op_zqueue(ctx_t *x, int j) {
         }
         if (x->r->integer != 3)
             return bad(x, "an array of %lld elements", x->r->integer);
-        if ((rc = next_reply(x, REP_BULK)) != OP_OK)
+        if ((rc = expect(x, REP_BULK, NULL)) != OP_OK)
             return rc;
         if (strcmp(x->r->str, q) != 0)
             return bad(x, "popped from %s", x->r->str);
-        if ((rc = next_reply(x, -1)) != OP_OK)
+        if ((rc = expect(x, -1, NULL)) != OP_OK)
             return rc;
         uint64_t got = parse_value(x->r);
-        if ((rc = next_reply(x, REP_BULK)) != OP_OK) /* the score */
+        if ((rc = expect(x, REP_BULK, NULL)) != OP_OK) /* the score */
             return rc;
         if (got == 0 || got == TORN)
             return bad(x, "%s: popped a member no ZADD added", q);
@@ -865,24 +853,24 @@ static int op_squeue(ctx_t *x, int j) {
         snprintf(me, sizeof me, "c%d", x->w->idx);
         CMD(&x->b, "XREADGROUP", "GROUP", "g", me, "COUNT", "1", "BLOCK", "20", "STREAMS", q, ">");
         if ((rc = send_buf(x)) == OP_OK)
-            rc = next_reply(x, REP_ARRAY);
+            rc = expect(x, REP_ARRAY, NULL);
         if (rc != OP_OK)
             return rc;
         if (x->r->integer == -1)
             return OP_OK; /* timed out while blocked */
         /* [[q, [[id, ["v", value]]]]] */
-        if (x->r->integer != 1 || (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2 ||
-            (rc = next_reply(x, REP_BULK)) != OP_OK || strcmp(x->r->str, q) != 0 ||
-            (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 1 ||
-            (rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2)
+        if (x->r->integer != 1 || (rc = expect(x, REP_ARRAY, NULL)) != OP_OK || x->r->integer != 2 ||
+            (rc = expect(x, REP_BULK, NULL)) != OP_OK || strcmp(x->r->str, q) != 0 ||
+            (rc = expect(x, REP_ARRAY, NULL)) != OP_OK || x->r->integer != 1 ||
+            (rc = expect(x, REP_ARRAY, NULL)) != OP_OK || x->r->integer != 2)
             return rc != OP_OK ? rc : bad(x, "%s: not one entry of the stream", q);
-        if ((rc = next_reply(x, REP_BULK)) != OP_OK)
+        if ((rc = expect(x, REP_BULK, NULL)) != OP_OK)
             return rc;
         char id[64];
         snprintf(id, sizeof id, "%s", x->r->str);
-        if ((rc = next_reply(x, REP_ARRAY)) != OP_OK || x->r->integer != 2 ||
-            (rc = next_reply(x, REP_BULK)) != OP_OK || strcmp(x->r->str, "v") != 0 ||
-            (rc = next_reply(x, -1)) != OP_OK)
+        if ((rc = expect(x, REP_ARRAY, NULL)) != OP_OK || x->r->integer != 2 ||
+            (rc = expect(x, REP_BULK, NULL)) != OP_OK || strcmp(x->r->str, "v") != 0 ||
+            (rc = expect(x, -1, NULL)) != OP_OK)
             return rc != OP_OK ? rc : bad(x, "%s %s: not one field v", q, id);
         uint64_t got = parse_value(x->r);
         if (got == 0 || got == TORN)
@@ -1126,9 +1114,10 @@ static int dump_pair(dump_t *d, int i) {
     return 0;
 }
 
-/* Prints "<tag> <name> <n> <value-id|torn>..." for the list at key. */
-static int dump_list(dump_t *d, const char *tag, const char *name, const char *key) {
-    CMD(&d->b, "LRANGE", key, "0", "-1");
+/* Prints "<tag> <name> <n> <value-id|torn>..." for the list (LRANGE) or
+ * sorted set (ZRANGE) at key. */
+static int dump_range(dump_t *d, const char *range_cmd, const char *tag, const char *name, const char *key) {
+    CMD(&d->b, range_cmd, key, "0", "-1");
     int rc = dump_cmd(d);
     if (rc < 0 || d->r->type != REP_ARRAY)
         return -1;
@@ -1140,23 +1129,6 @@ static int dump_list(dump_t *d, const char *tag, const char *name, const char *k
             print_value(stdout, d->r->type == REP_NIL ? TORN : parse_value(d->r));
         }
     }
-    putchar('\n');
-    return rc;
-}
-
-/* Prints "zset <zq> <n> <value-id|torn>..." (ZRANGE 0 -1). */
-static int dump_zset(dump_t *d, const char *key) {
-    CMD(&d->b, "ZRANGE", key, "0", "-1");
-    int rc = dump_cmd(d);
-    if (rc < 0 || d->r->type != REP_ARRAY)
-        return -1;
-    long long n = d->r->integer;
-    printf("zset %s %lld", key, n);
-    for (long long j = 0; j < n && rc == 0; j++)
-        if ((rc = dump_next(d, -1)) == 0) {
-            putchar(' ');
-            print_value(stdout, parse_value(d->r));
-        }
     putchar('\n');
     return rc;
 }
@@ -1313,18 +1285,18 @@ static int do_dump(void) {
     }
     for (int i = 0; i < opt_lists && rc == 0; i++) {
         snprintf(k, sizeof k, "l%d", i);
-        rc = dump_list(&d, "list", k, k);
+        rc = dump_range(&d, "LRANGE", "list", k, k);
     }
     for (int i = 0; i < opt_queues && rc == 0; i++) {
         char qd[32];
         snprintf(k, sizeof k, "q%d", i);
         snprintf(qd, sizeof qd, "qd%d", i);
-        rc = dump_list(&d, "queue", k, k);
+        rc = dump_range(&d, "LRANGE", "queue", k, k);
         if (rc == 0)
-            rc = dump_list(&d, "moved", k, qd);
+            rc = dump_range(&d, "LRANGE", "moved", k, qd);
         snprintf(k, sizeof k, "zq%d", i);
         if (rc == 0)
-            rc = dump_zset(&d, k);
+            rc = dump_range(&d, "ZRANGE", "zset", k, k);
         snprintf(k, sizeof k, "sq%d", i);
         if (rc == 0)
             rc = dump_stream(&d, k);
