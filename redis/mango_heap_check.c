@@ -421,29 +421,54 @@ static uint64_t compact_entries(robj *o, uint64_t *bytes)
     return 0;
 }
 
-static int converts(robj *o, uint64_t entries)
+/* The entries a compact value of o's type holds before it converts. */
+static uint64_t compact_limit(robj *o)
 {
-    if (o->type == OBJ_SET) return entries > server.set_max_intset_entries;
-    if (o->type == OBJ_HASH) return entries > server.hash_max_listpack_entries;
-    return entries > server.zset_max_listpack_entries;
+    if (o->type == OBJ_SET) return server.set_max_intset_entries;
+    if (o->type == OBJ_HASH) return server.hash_max_listpack_entries;
+    return server.zset_max_listpack_entries;
 }
 
+static int converts(robj *o, uint64_t entries) { return entries > compact_limit(o); }
+
 static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks);
+
+/* The type of compact value a command adds entries to (-1: none it
+ * converts; SORT, SUNIONSTORE and the like read or overwrite theirs). */
+static int compact_kind(struct redisCommand *cmd)
+{
+    redisCommandProc *p = cmd->proc;
+    if (p == saddCommand || p == smoveCommand) return OBJ_SET;
+    if (p == hsetCommand || p == hsetnxCommand || p == hincrbyCommand || p == hincrbyfloatCommand)
+        return OBJ_HASH; /* (HMSET is hsetCommand) */
+    if (p == zaddCommand || p == zincrbyCommand || p == geoaddCommand) return OBJ_ZSET;
+    return -1;
+}
+
+static int is_zadd_option(robj *a)
+{
+    static const char *const opts[] = {"nx", "xx", "gt", "lt", "ch", "incr"};
+    if (!sdsEncodedObject(a)) return 0;
+    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++)
+        if (!strcasecmp(a->ptr, opts[i])) return 1;
+    return 0;
+}
 
 /* How many of the entries in argv[from..argc-1] the value at o lacks: set
  * members; hash fields (field, value pairs); sorted-set members (after
  * ZADD's or GEOADD's options: score, member or longitude, latitude,
  * member). Asked only when the count from the arguments alone would pass
- * the encoding's limit: an update of a hash at its limit adds nothing. */
-static uint64_t entries_new(robj *o, robj **argv, int from, int argc, int per)
+ * the encoding's limit, so that an update of a hash at its limit adds
+ * nothing; each lookup scans the listpack, so it stops once more than room
+ * (what the encoding still holds) are new: the conversion is certain, and
+ * the entries not looked at are counted as new. */
+static uint64_t entries_new(robj *o, robj **argv, int from, int argc, int per, uint64_t room)
 {
     if (o->type == OBJ_ZSET)
-        while (from < argc && sdsEncodedObject(argv[from]) && sdslen(argv[from]->ptr) <= 4 &&
-               !isdigit((unsigned char)((char *)argv[from]->ptr)[0]) && ((char *)argv[from]->ptr)[0] != '-' &&
-               ((char *)argv[from]->ptr)[0] != '+')
-            from++; /* NX XX GT LT CH INCR (a score starts with a digit, a sign, or is inf/nan: counted) */
+        while (from < argc && is_zadd_option(argv[from])) from++;
     uint64_t n = 0;
     for (int i = from; i + per - 1 < argc; i += per) {
+        if (n > room) return n + (uint64_t)(argc - i) / (uint64_t)per;
         robj *e = argv[o->type == OBJ_ZSET ? i + per - 1 : i];
         if (!sdsEncodedObject(e)) {
             n++;
@@ -458,13 +483,15 @@ static uint64_t entries_new(robj *o, robj **argv, int from, int argc, int per)
     return n;
 }
 
-/* Arguments argv[from..argc-1] added to the compact value at key. */
-static void compact_note(compact_noted *cn, growth *g, client *c, robj *key, robj **argv, int from, int argc,
-                         int per, uint64_t adds)
+/* Arguments argv[from..argc-1] of a command of compact_kind() kind added to
+ * the value at key: noted if it is compact and of that kind. 1 if noted
+ * (its conversion counts the table it may need). */
+static int compact_note(compact_noted *cn, growth *g, client *c, int kind, robj *key, robj **argv, int from,
+                        int argc, int per, uint64_t adds)
 {
-    robj *o = peek_value(c, key);
-    if (!o || (o->type != OBJ_SET && o->type != OBJ_HASH && o->type != OBJ_ZSET)) return;
-    if (o->encoding != OBJ_ENCODING_INTSET && o->encoding != OBJ_ENCODING_LISTPACK) return;
+    robj *o = kind >= 0 ? peek_value(c, key) : NULL;
+    if (!o || (int)o->type != kind) return 0; /* (another type: WRONGTYPE) */
+    if (o->encoding != OBJ_ENCODING_INTSET && o->encoding != OBJ_ENCODING_LISTPACK) return 0;
     int breaks = 0;
     for (int i = from; i < argc && !breaks; i++) {
         if (!sdsEncodedObject(argv[i])) continue;
@@ -474,13 +501,14 @@ static void compact_note(compact_noted *cn, growth *g, client *c, robj *key, rob
         else if (o->type == OBJ_HASH) breaks = len > server.hash_max_listpack_value;
         else breaks = len > server.zset_max_listpack_value;
     }
-    uint64_t bytes;
-    if (!breaks && converts(o, compact_entries(o, &bytes) + adds)) adds = entries_new(o, argv, from, argc, per);
+    uint64_t bytes, held = compact_entries(o, &bytes);
+    if (!breaks && converts(o, held + adds))
+        adds = entries_new(o, argv, from, argc, per, compact_limit(o) > held ? compact_limit(o) - held : 0);
     for (int i = 0; i < cn->n; i++)
         if (cn->o[i] == o) {
             cn->adds[i] += adds;
             cn->breaks[i] |= breaks;
-            return;
+            return 1;
         }
     if (cn->n < DICTS_NOTED) {
         cn->o[cn->n] = o;
@@ -489,6 +517,7 @@ static void compact_note(compact_noted *cn, growth *g, client *c, robj *key, rob
     } else {
         conversion_growth(g, o, adds, breaks); /* many values: each on its own */
     }
+    return 1;
 }
 
 static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks)
@@ -733,13 +762,13 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         if (cmd->proc == smoveCommand) {
             dict *vd = argc == 4 ? value_dict(c, argv[2]) : NULL;
             if (vd) dict_note(&dn, &g, vd, 1);
-            else if (argc == 4) compact_note(&cn, &g, c, argv[2], argv, 3, argc, 1, 1);
+            else if (argc == 4) compact_note(&cn, &g, c, OBJ_SET, argv[2], argv, 3, argc, 1, 1);
         } else if (per) {
             uint64_t adds = (uint64_t)(argc - 2) / (uint64_t)per;
             dict *vd = value_dict(c, argv[1]);
             if (vd) dict_note(&dn, &g, vd, adds);
-            else if (adds >= 128) growth_add(&g, table_for(adds));
-            if (!vd) compact_note(&cn, &g, c, argv[1], argv, 2, argc, per, adds);
+            else if (!compact_note(&cn, &g, c, compact_kind(cmd), argv[1], argv, 2, argc, per, adds) && adds >= 128)
+                growth_add(&g, table_for(adds)); /* a new value (a compact one: counted with its conversion) */
         }
         /* The keyspace and expires it adds keys to (expires: only commands
          * that can set a TTL); MOVE and COPY ... DB add them to another

@@ -33,9 +33,10 @@ acknowledged push is in one of them and every acknowledged BLMOVE's element
 in qd<j>; the previous check's qd<j> is a prefix of the new one, and every
 element found by the previous check is still in one of them. Per sorted-set
 queue zq<j> (ZADD, BZPOPMIN): every member was added; no member an
-acknowledged BZPOPMIN popped is back; every acknowledged ZADD's member is
-there or popped (acknowledged, or by a BZPOPMIN cut off by the kill, one
-each). Per stream queue sq<j> with group g (XADD, XREADGROUP >): entries
+acknowledged BZPOPMIN popped is back; every acknowledged ZADD's member, and
+every member the previous check found, is there or popped: by an
+acknowledged BZPOPMIN, or by a BZPOPMIN cut off by a kill in an epoch since
+(one member each). Per stream queue sq<j> with group g (XADD, XREADGROUP >): entries
 were sent, ids increase, every acknowledged XADD is there with its id;
 every acknowledged delivery is at or below the group's last-delivered id,
 whose pending list is exactly the entries up to it; the last-delivered id
@@ -148,11 +149,11 @@ class Model:
         self.queue_pushed = {}  # queue -> {vid} (acknowledged pushes)
         self.queue_moved = {}   # queue -> {vid} (acknowledged BLMOVEs, by the element moved)
         self.queue_prev = {}    # queue -> (queue, destination) found by the previous check
-        self.zq_sent = {}       # sorted-set queue -> {vid} (ZADDs sent)
+        self.zq_sent = {}       # sorted-set queue -> {vid: epoch} (ZADDs sent)
         self.zq_pushed = {}     # sorted-set queue -> {vid} (acknowledged ZADDs)
         self.zq_popped = {}     # sorted-set queue -> {vid} (acknowledged BZPOPMINs, by the member popped)
-        self.zq_pops = {}       # sorted-set queue -> BZPOPMINs sent
-        self.zq_timeouts = {}   # sorted-set queue -> BZPOPMINs that timed out
+        self.zq_cut_off = {}    # sorted-set queue -> {epoch: BZPOPMINs of unknown outcome (cut off by the kill)}
+        self.zq_prev = {}       # sorted-set queue -> (members found by the previous check, its epoch)
         self.sq_sent = {}       # stream queue -> {vid} (XADDs sent)
         self.sq_added = {}      # stream queue -> {vid: entry id} (acknowledged XADDs)
         self.sq_read = {}       # stream queue -> {entry id: vid} (acknowledged deliveries to group g)
@@ -184,9 +185,9 @@ class Model:
             with open(path) as f:
                 for line in f:
                     p = line.split()
-                    if len(p) == 2 and line.endswith("\n") and p[0] in ("Y", "T"):
-                        d = self.zq_pops if p[0] == "Y" else self.zq_timeouts
-                        d[p[1]] = d.get(p[1], 0) + 1
+                    if len(p) == 2 and line.endswith("\n") and p[0] in ("Y", "T"):  # a BZPOPMIN sent; timed out
+                        d = self.zq_cut_off.setdefault(p[1], {})
+                        d[epoch] = d.get(epoch, 0) + (1 if p[0] == "Y" else -1)
                     if len(p) < 3 or not line.endswith("\n"):
                         continue
                     if p[0] == "N":
@@ -198,7 +199,7 @@ class Model:
                     elif p[0] == "Q":
                         self.queue_sent.setdefault(p[1], {})[int(p[2])] = epoch
                     elif p[0] == "Z":
-                        self.zq_sent.setdefault(p[1], set()).add(int(p[2]))
+                        self.zq_sent.setdefault(p[1], {})[int(p[2])] = epoch
                     elif p[0] == "S":
                         self.sq_sent.setdefault(p[1], set()).add(int(p[2]))
                     elif p[0] == "A":
@@ -219,6 +220,8 @@ class Model:
                             self.zq_pushed.setdefault(p[2], set()).add(int(p[3]))
                         elif p[1] == "ZPOP":
                             self.zq_popped.setdefault(p[2], set()).add(int(p[3]))
+                            d = self.zq_cut_off.setdefault(p[2], {})
+                            d[epoch] = d.get(epoch, 0) - 1
                         elif p[1] == "XADD":
                             self.sq_added.setdefault(p[2], {})[int(p[3])] = p[4]
                         elif p[1] == "XREAD":
@@ -379,11 +382,12 @@ class Model:
         return lost, "; ".join(why[:5]) or None
 
 
-    def check_zqueue(self, name, found):
-        """The recovered sorted-set queue: members ZADDed and not popped."""
+    def check_zqueue(self, name, found, epoch):
+        """The recovered sorted-set queue (checked at the start of epoch):
+        members ZADDed and not popped."""
         lost, why = 0, []
         self.checked["queue_elems"] += len(found)
-        sent = self.zq_sent.get(name, set())
+        sent = self.zq_sent.get(name, {})
         unknown = [e for e in found if e == "torn" or int(e) not in sent]
         if unknown:
             lost += len(unknown)
@@ -394,14 +398,31 @@ class Model:
         if back:
             lost += len(back)
             why.append(f"{len(back)} members an acknowledged BZPOPMIN popped are back (e.g. {back[0]})")
-        # An acknowledged ZADD's member is there, or was popped: by an
-        # acknowledged BZPOPMIN, or by one cut off by a kill (one at most each).
-        missing = sorted(self.zq_pushed.get(name, set()) - have - popped)
-        cut_off = self.zq_pops.get(name, 0) - len(popped) - self.zq_timeouts.get(name, 0)
-        if len(missing) > cut_off:
-            lost += len(missing) - cut_off
-            why.append(f"{len(missing)} acknowledged ZADDs neither there nor popped, but only {cut_off} "
-                       f"BZPOPMINs of unknown outcome (e.g. {missing[0]})")
+        # A member that must be there (an acknowledged ZADD's, or one the
+        # previous check found) and is not was popped: by an acknowledged
+        # BZPOPMIN, or by one cut off by a kill, in an epoch at or after the
+        # one from which it had to be there. Each cut-off pop explains one
+        # member at most: for every epoch t, the members missing since t or
+        # later may not outnumber the cut-off pops of epochs t and later.
+        prev, prev_epoch = self.zq_prev.get(name, (set(), 0))
+        self.zq_prev[name] = (have, epoch)
+        since = {}
+        for v in self.zq_pushed.get(name, set()) - have - popped:
+            since[v] = sent[v]
+        for v in prev - have - popped:
+            since[v] = max(since.get(v, 0), prev_epoch)
+        cut_off = self.zq_cut_off.get(name, {})
+        excess, missing, pops = 0, 0, 0
+        for t in sorted(set(since.values()) | set(cut_off), reverse=True):
+            missing += sum(1 for e in since.values() if e == t)
+            pops += max(0, cut_off.get(t, 0))
+            excess = max(excess, missing - pops)
+        if excess:
+            lost += excess
+            example = min(since, key=lambda v: -since[v])
+            why.append(f"{len(since)} members that must be there are neither there nor popped by an "
+                       f"acknowledged BZPOPMIN, {excess} more than the BZPOPMINs of unknown outcome since "
+                       f"(e.g. {example})")
         return lost, "; ".join(why) or None
 
     def check_squeue(self, name, entries, last, pending):
@@ -520,7 +541,7 @@ def verify(args, server, model, epoch, hist):
         elif kind == "zset":
             if int(p[2]) != len(p[3:]):
                 report(p[1], 1, "ZRANGE cut short")
-            report(f"{p[1]} (sorted-set queue)", *model.check_zqueue(p[1], p[3:]))
+            report(f"{p[1]} (sorted-set queue)", *model.check_zqueue(p[1], p[3:], epoch))
         elif kind == "stream":
             if int(p[2]) != len(p[3:]):
                 report(p[1], 1, "XRANGE cut short")

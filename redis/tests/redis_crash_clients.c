@@ -1150,10 +1150,16 @@ static int dump_stream(dump_t *d, const char *key) {
             rc = dump_next(d, REP_ARRAY);
         }
         long long nf = rc == 0 ? d->r->integer : 0;
-        uint64_t v = nf == 2 ? 0 : TORN;
-        for (long long f = 0; f < nf && rc == 0; f++)
-            if ((rc = dump_next(d, -1)) == 0 && f == 1)
+        uint64_t v = TORN; /* unless its one field is v */
+        int named_v = 0;
+        for (long long f = 0; f < nf && rc == 0; f++) {
+            if ((rc = dump_next(d, -1)) != 0 || nf != 2)
+                continue;
+            if (f == 0)
+                named_v = d->r->type == REP_BULK && !strcmp(d->r->str, "v");
+            else if (named_v)
                 v = parse_value(d->r);
+        }
         if (rc == 0) {
             printf(" %s:", id);
             print_value(stdout, v == 0 ? TORN : v);

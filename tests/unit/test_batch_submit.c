@@ -142,10 +142,11 @@ static void api_checks(const char *pool, mango_persist_mode mode)
     CHECK(pair[0] == 3002 && pair[1] == 3002);
     /* A ticket durable when handed out (an end, or a submit with nothing in
      * flight and nothing to log) does not make the eventfd readable; a
-     * deferred one does once synced. (The sleep lets the sync thread's
-     * signal for the batches above land: it follows their wake-up.) */
-    usleep(50 * 1000);
-    while (read(fd, &v, 8) == 8) {}
+     * deferred one does once synced. (The sync thread writes the eventfd
+     * for the batches above after it wakes their waiters: drain until it
+     * has stayed quiet for 200 ms.) */
+    while (poll(&p, 1, 200) == 1)
+        while (read(fd, &v, 8) == 8) {}
     CHECK(mango_batch_begin() == 0);
     CHECK(mango_batch_end() == 0);
     one_batch();
