@@ -102,9 +102,12 @@ static int keyed_section; /* the outermost write section stamps the keys it chan
  * bumped wherever it could (a command or a write section begins or ends, a
  * reply is checked for writing); a call for the client noted last, in the
  * same epoch, inside a command, with its write still queued, returns at once. */
-static uint64_t note_epoch = 1;
-static client *noted_client;
-static uint64_t noted_epoch;
+/* Thread-locals (the event loop's only): the capture plugin never logs
+ * them, and mangoNoteReply writes them inside write sections, which would
+ * log a block of them with every batch. */
+static __thread uint64_t note_epoch = 1;
+static __thread client *noted_client;
+static __thread uint64_t noted_epoch;
 static uintptr_t heap_lo, heap_hi;
 static char init_msg[512];  /* logged once logging is configured */
 /* Test hook (redis/tests): MANGO_REDIS_TEST_COPYING_COMMAND=NAME lists one
