@@ -1885,32 +1885,35 @@ def test_other_keys_and_other_databases_are_checked_for_room(server_factory):
     assert r.get("small:999") == b"value:999" and r.strlen("big") == length
 
 
-@pytest.mark.parametrize("kind", ["set", "hash", "zset"])
+@pytest.mark.parametrize("kind", ["set", "hash", "zset", "zset-full"])
 def test_compact_values_a_command_converts_are_checked_for_room(server_factory, kind):
     """An intset, or a listpack hash or sorted set, that a command gives an
-    entry past its limits (a member that is not an integer; a field past
-    hash-max-listpack-entries, 512 in this build; a member longer than 64
-    bytes) becomes a hash table at once, every entry
-    made again as objects of its own. An EXEC of such a command for each of
-    400 small values, with 1 MB more than the reserve free, asked for
-    several MB from a few KB of arguments: Redis aborted ("Out Of Memory",
-    seen for the sets with 300 values). Now it is refused with OOM, the
-    server stays up; an EXEC of additions that convert nothing runs, and so
-    does each conversion on its own; kill -9 keeps every acknowledged
-    write."""
+    entry past its limits becomes a hash table at once, every entry made
+    again as objects of its own: a set member that is not an integer; a
+    hash field past hash-max-listpack-entries (512 in this build); a sorted
+    set member longer than zset-max-listpack-value (zset), or one past
+    zset-max-listpack-entries added as ZADD v .5 m (zset-full: the first
+    version of the check took the score .5 for an option). An EXEC of one
+    such command for each of 400 values, with 1 MB more than the reserve
+    free, asked for several MB from a few KB of arguments: Redis aborted
+    ("Out Of Memory") in the first three cases. Now it is refused with OOM,
+    the server stays up; an EXEC of additions that convert nothing runs
+    (an integer, an existing field or member: ZADD XX CH .5), and so does
+    each conversion on its own; kill -9 keeps every acknowledged write."""
     s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
     r = s.client()
     cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
     n = 400
     fields = int(r.config_get("hash-max-listpack-entries")["hash-max-listpack-entries"])
+    members = int(r.config_get("zset-max-listpack-entries")["zset-max-listpack-entries"])
     for i in range(n):
         if kind == "set":
             r.sadd(f"v{i}", *range(500))
         elif kind == "hash":
             r.hset(f"v{i}", mapping={f"f{j}": "0123456789" for j in range(fields)})
         else:
-            r.zadd(f"v{i}", {f"m{j}": j for j in range(100)})
-    encoding = {"set": b"intset", "hash": b"listpack", "zset": b"listpack"}[kind]
+            r.zadd(f"v{i}", {f"m{j}": j for j in range(100 if kind == "zset" else members)})
+    encoding = {"set": b"intset", "hash": b"listpack"}.get(kind, b"listpack")
     assert r.object("encoding", "v0") == encoding
 
     def convert(p, i):
@@ -1918,16 +1921,20 @@ def test_compact_values_a_command_converts_are_checked_for_room(server_factory, 
             p.sadd(f"v{i}", "x")
         elif kind == "hash":
             p.hset(f"v{i}", "new", "v")
-        else:
+        elif kind == "zset":
             p.zadd(f"v{i}", {"m" * 100: 1})
+        else:
+            p.execute_command("ZADD", f"v{i}", ".5", "new")
 
     def add_within(p, i):
         if kind == "set":
             p.sadd(f"v{i}", 7777)
         elif kind == "hash":
             p.hset(f"v{i}", "f0", "v")
-        else:
+        elif kind == "zset":
             p.zadd(f"v{i}", {"m0": 7})
+        else:
+            p.execute_command("ZADD", f"v{i}", "XX", "CH", ".5", "m0")
 
     used = r.info("mangosteen")["mango_heap_allocated_bytes"]
     length = cap - used - max(cap // 32, 1 << 20) - (1 << 20)
@@ -1956,8 +1963,10 @@ def test_compact_values_a_command_converts_are_checked_for_room(server_factory, 
         assert r.sismember("v0", "x") and r.sismember("v399", 7777) and not r.sismember("v10", "x")
     elif kind == "hash":
         assert r.hget("v0", "new") == b"v" and r.hget("v399", "f0") == b"v" and r.hlen("v10") == fields
-    else:
+    elif kind == "zset":
         assert r.zscore("v0", "m" * 100) == 1 and r.zscore("v399", "m0") == 7 and r.zcard("v10") == 100
+    else:
+        assert r.zscore("v0", "new") == 0.5 and r.zscore("v399", "m0") == 0.5 and r.zcard("v10") == members
 
 
 def test_a_ttl_that_would_double_the_expires_table_is_refused(server_factory):
