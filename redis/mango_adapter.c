@@ -464,9 +464,9 @@ static int commit_choice(void)
 }
 
 /* The adapter's globals live in the executable's .bss, which is durable:
- * an outermost section writes them before it starts capturing and after it
- * pauses. A store of theirs while capturing would be logged with every
- * batch, and it made a batch whose code changed nothing (the fast expire
+ * an outermost section writes them (batch_opened_ns, write_depth) before it
+ * starts capturing and after it pauses; note_epoch is thread-local. A store
+ * of theirs while capturing would be logged with every batch, and it made a batch whose code changed nothing (the fast expire
  * cycle of a pass with nothing to expire) cost a log sync, whose
  * completion woke the loop for another pass: an idle server with one key
  * with a TTL synced ~10 k times a second. */
@@ -487,14 +487,13 @@ void mangoWriteBegin(void)
 void mangoWriteEnd(void)
 {
     if (!mango_on) return;
+    note_epoch++;
     if (write_depth > 1) {
-        note_epoch++;
         write_depth--;
         return;
     }
     /* Pause: the batch stays open until beforeSleep(). */
     mango_batch_pause();
-    note_epoch++;
     write_depth = 0;
     uint64_t t = mango_reply_ticket(); /* the open batch's */
     if (call_depth > 0) {

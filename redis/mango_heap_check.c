@@ -364,28 +364,37 @@ static void source_growth(client *c, struct redisCommand *cmd, robj **argv, int 
     }
 }
 
-/* The dicts a command (an EXEC: all it queued) adds to, each with the
- * entries it may add in all, so that each table is counted once. */
-#define DICTS_NOTED 16
-typedef struct dicts_noted {
-    dict *d[DICTS_NOTED];
-    uint64_t adds[DICTS_NOTED];
+/* The dicts (and compact values, below) a command (an EXEC: all it queued)
+ * adds to, each with the entries it may add in all, so that each table is
+ * counted once. */
+#define NOTED_MAX 16
+typedef struct noted {
+    void *p[NOTED_MAX]; /* a dict, or a compact value's robj */
+    uint64_t adds[NOTED_MAX];
+    int breaks[NOTED_MAX]; /* compact values: an argument breaks the encoding's limits by itself */
     int n;
-} dicts_noted;
+} noted;
 
-static void dict_note(dicts_noted *dn, growth *g, dict *d, uint64_t adds)
+/* Adds to p's entry; 0 if p is new and the table is full (the caller then
+ * counts p on its own). */
+static int note(noted *t, void *p, uint64_t adds, int breaks)
 {
-    for (int i = 0; i < dn->n; i++)
-        if (dn->d[i] == d) {
-            dn->adds[i] += adds;
-            return;
+    for (int i = 0; i < t->n; i++)
+        if (t->p[i] == p) {
+            t->adds[i] += adds;
+            t->breaks[i] |= breaks;
+            return 1;
         }
-    if (dn->n < DICTS_NOTED) {
-        dn->d[dn->n] = d;
-        dn->adds[dn->n++] = adds;
-    } else {
-        growth_add(g, next_table(d, adds)); /* many dicts: each on its own */
-    }
+    if (t->n == NOTED_MAX) return 0;
+    t->p[t->n] = p;
+    t->adds[t->n] = adds;
+    t->breaks[t->n++] = breaks;
+    return 1;
+}
+
+static void dict_note(noted *dn, growth *g, dict *d, uint64_t adds)
+{
+    if (!note(dn, d, adds, 0)) growth_add(g, next_table(d, adds)); /* many dicts: each on its own */
 }
 
 /* ---- compact values that become hash tables ------------------------------ *
@@ -401,12 +410,6 @@ static void dict_note(dicts_noted *dn, growth *g, dict *d, uint64_t adds)
  * commands add, CONVERTED_ENTRY bytes each, the compact encoding's bytes
  * (the strings it held), and the table, in one piece. */
 #define CONVERTED_ENTRY 96
-typedef struct compact_noted {
-    robj *o[DICTS_NOTED];
-    uint64_t adds[DICTS_NOTED];
-    int breaks[DICTS_NOTED]; /* an argument breaks the encoding's limits by itself */
-    int n;
-} compact_noted;
 
 static uint64_t compact_entries(robj *o, uint64_t *bytes)
 {
@@ -431,7 +434,13 @@ static uint64_t compact_limit(robj *o)
 
 static int converts(robj *o, uint64_t entries) { return entries > compact_limit(o); }
 
-static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks);
+static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks)
+{
+    uint64_t bytes = 0, entries = compact_entries(o, &bytes) + adds;
+    if (!breaks && !converts(o, entries)) return;
+    g->bytes += entries * CONVERTED_ENTRY + bytes;
+    growth_add(g, table_for(entries));
+}
 
 /* The type of compact value a command adds entries to (-1: none it
  * converts; SORT, SUNIONSTORE and the like read or overwrite theirs). */
@@ -486,7 +495,7 @@ static uint64_t entries_new(robj *o, robj **argv, int from, int argc, int per, u
 /* Arguments argv[from..argc-1] of a command of compact_kind() kind added to
  * the value at key: noted if it is compact and of that kind. 1 if noted
  * (its conversion counts the table it may need). */
-static int compact_note(compact_noted *cn, growth *g, client *c, int kind, robj *key, robj **argv, int from,
+static int compact_note(noted *cn, growth *g, client *c, int kind, robj *key, robj **argv, int from,
                         int argc, int per, uint64_t adds)
 {
     robj *o = kind >= 0 ? peek_value(c, key) : NULL;
@@ -504,28 +513,8 @@ static int compact_note(compact_noted *cn, growth *g, client *c, int kind, robj 
     uint64_t bytes, held = compact_entries(o, &bytes);
     if (!breaks && converts(o, held + adds))
         adds = entries_new(o, argv, from, argc, per, compact_limit(o) > held ? compact_limit(o) - held : 0);
-    for (int i = 0; i < cn->n; i++)
-        if (cn->o[i] == o) {
-            cn->adds[i] += adds;
-            cn->breaks[i] |= breaks;
-            return 1;
-        }
-    if (cn->n < DICTS_NOTED) {
-        cn->o[cn->n] = o;
-        cn->adds[cn->n] = adds;
-        cn->breaks[cn->n++] = breaks;
-    } else {
-        conversion_growth(g, o, adds, breaks); /* many values: each on its own */
-    }
+    if (!note(cn, o, adds, breaks)) conversion_growth(g, o, adds, breaks); /* many values: each on its own */
     return 1;
-}
-
-static void conversion_growth(growth *g, robj *o, uint64_t adds, int breaks)
-{
-    uint64_t bytes = 0, entries = compact_entries(o, &bytes) + adds;
-    if (!breaks && !converts(o, entries)) return;
-    g->bytes += entries * CONVERTED_ENTRY + bytes;
-    growth_add(g, table_for(entries));
 }
 
 /* The arguments a command of these categories needs to add one entry to the
@@ -729,8 +718,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     mango_heap_room(&allocated, &capacity);
     if (!capacity) return NULL;
     growth g = {0};
-    dicts_noted dn = {.n = 0};
-    compact_noted cn = {.n = 0};
+    noted dn = {.n = 0}, cn = {.n = 0}; /* dicts; compact values */
     uint64_t argcs = 0;
     int grows = 0; /* one command may grow memory (else only a table is refused) */
     /* Queued commands after a SELECT or a SWAPDB (queued_dbs). */
@@ -786,8 +774,8 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         if (may_set_ttl(cmd)) dict_note(&dn, &g, to ? to->expires : c->db->expires, keys ? keys : 1);
     }
     queued_dbs_end(&q);
-    for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.d[i], dn.adds[i]));
-    for (int i = 0; i < cn.n; i++) conversion_growth(&g, cn.o[i], cn.adds[i], cn.breaks[i]);
+    for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.p[i], dn.adds[i]));
+    for (int i = 0; i < cn.n; i++) conversion_growth(&g, cn.p[i], cn.adds[i], cn.breaks[i]);
     if (!grows && !g.bytes) return NULL;
     uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
     if (allocated > capacity || capacity - allocated < need)

@@ -447,7 +447,7 @@ class Model:
         if unknown:
             lost += len(unknown)
             why.append(f"{len(unknown)} entries no XADD sent (e.g. {unknown[0]})")
-        vids = [v for v in by_id.values()]
+        vids = list(by_id.values())
         if len(set(vids)) != len(vids):
             lost += len(vids) - len(set(vids))
             why.append("a value in two entries")

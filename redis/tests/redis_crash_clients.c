@@ -735,23 +735,32 @@ static int op_short(ctx_t *x) {
     return rc;
 }
 
-/* RPUSH of a new unique value to key, logged first as "<sent> <key> <vid>
- * <t_ns>" in the ack log (P: a list, Q: a queue). */
-static int push_unique(ctx_t *x, const char *key, char sent, uint64_t *vid) {
+/* Adds a new unique value to key: "<cmd> <key> <pre>... <value>" (RPUSH;
+ * ZADD with a score; XADD with "*" and a field name), logged first as
+ * "<sent> <key> <vid> <t_ns>" in the ack log (P: a list, Q: a list queue, Z:
+ * a sorted-set queue, S: a stream queue). Its reply, of reply_type, is in
+ * x->r. */
+static int push_unique(ctx_t *x, const char *cmd, const char *key, const char **pre, int npre, char sent,
+                       int reply_type, uint64_t *vid) {
     char v[256];
+    const char *argv[5] = {cmd, key};
+    int argc = 2;
+    for (int i = 0; i < npre && argc < 4; i++)
+        argv[argc++] = pre[i];
+    argv[argc++] = v;
     *vid = new_vid(x);
     make_value(*vid, v, sizeof v);
     fprintf(x->ack, "%c %s %" PRIu64 " %" PRIu64 "\n", sent, key, *vid, now_ns());
-    CMD(&x->b, "RPUSH", key, v);
-    return roundtrip(x, REP_INT, NULL);
+    x->what = cmd;
+    cmd_add(&x->b, argc, argv);
+    return roundtrip(x, reply_type, NULL);
 }
 
 static int op_list(ctx_t *x) {
     char k[32];
     uint64_t vid;
     snprintf(k, sizeof k, "l%d", (int)(rng_next(&x->rng) % (uint64_t)opt_lists));
-    x->what = "RPUSH";
-    int rc = push_unique(x, k, 'P', &vid);
+    int rc = push_unique(x, "RPUSH", k, NULL, 0, 'P', REP_INT, &vid);
     if (rc != OP_OK)
         return rc;
     fprintf(x->ack, "A RPUSH %s %" PRIu64 " %lld %" PRIu64 "\n", k, vid, x->r->integer, now_ns());
@@ -785,24 +794,33 @@ static int queue_move(ctx_t *x, const char *q, const char *qd) {
     return OP_OK;
 }
 
+/* Sends a blocking command whose reply is an array: OP_OK with *timed_out
+ * set when it timed out while blocked (a null array), else with x->r the
+ * array's header. */
+static int blocking_array(ctx_t *x, int *timed_out) {
+    int rc = send_buf(x);
+    if (rc == OP_OK)
+        rc = expect(x, REP_ARRAY, NULL);
+    *timed_out = rc == OP_OK && x->r->integer == -1;
+    return rc;
+}
+
 /* Sorted-set job queue zq<j>: ZADD of a unique member (score: the time), or
  * BZPOPMIN with a 20 ms timeout (served while blocked by another client's
  * ZADD). Ack log: "Z <zq> <vid> <t_ns>" before a ZADD, "A ZPUSH <zq> <vid>"
  * after; "Y <zq>" before a BZPOPMIN, then "A ZPOP <zq> <vid>" or "T <zq>"
  * (timed out: nothing popped). */
 static int op_zqueue(ctx_t *x, int j) {
-    char q[32], v[256], score[32];
+    char q[32], score[32];
     snprintf(q, sizeof q, "zq%d", j);
     if (rng_next(&x->rng) % 2) {
         x->what = "BZPOPMIN";
         fprintf(x->ack, "Y %s\n", q);
         CMD(&x->b, "BZPOPMIN", q, "0.02");
-        int rc = send_buf(x);
-        if (rc == OP_OK)
-            rc = expect(x, REP_ARRAY, NULL);
+        int timed_out, rc = blocking_array(x, &timed_out);
         if (rc != OP_OK)
             return rc;
-        if (x->r->integer == -1) { /* timed out while blocked */
+        if (timed_out) {
             fprintf(x->ack, "T %s\n", q);
             return OP_OK;
         }
@@ -823,13 +841,10 @@ static int op_zqueue(ctx_t *x, int j) {
         x->w->acked++;
         return OP_OK;
     }
-    uint64_t vid = new_vid(x);
-    make_value(vid, v, sizeof v);
+    uint64_t vid;
     snprintf(score, sizeof score, "%" PRIu64, now_ns() / 1000);
-    fprintf(x->ack, "Z %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
-    x->what = "ZADD";
-    CMD(&x->b, "ZADD", q, score, v);
-    int rc = roundtrip(x, REP_INT, NULL);
+    const char *pre[] = {score};
+    int rc = push_unique(x, "ZADD", q, pre, 1, 'Z', REP_INT, &vid);
     if (rc != OP_OK)
         return rc;
     if (x->r->integer != 1)
@@ -845,19 +860,16 @@ static int op_zqueue(ctx_t *x, int j) {
  * an XADD, "A XADD <sq> <vid> <id>" after; "A XREAD <sq> <id> <vid>" for a
  * delivered entry. */
 static int op_squeue(ctx_t *x, int j) {
-    char q[32], v[256], me[32];
+    char q[32], me[32];
     snprintf(q, sizeof q, "sq%d", j);
     int rc;
     if (rng_next(&x->rng) % 2) {
         x->what = "XREADGROUP";
         snprintf(me, sizeof me, "c%d", x->w->idx);
         CMD(&x->b, "XREADGROUP", "GROUP", "g", me, "COUNT", "1", "BLOCK", "20", "STREAMS", q, ">");
-        if ((rc = send_buf(x)) == OP_OK)
-            rc = expect(x, REP_ARRAY, NULL);
-        if (rc != OP_OK)
+        int timed_out;
+        if ((rc = blocking_array(x, &timed_out)) != OP_OK || timed_out)
             return rc;
-        if (x->r->integer == -1)
-            return OP_OK; /* timed out while blocked */
         /* [[q, [[id, ["v", value]]]]] */
         if (x->r->integer != 1 || (rc = expect(x, REP_ARRAY, NULL)) != OP_OK || x->r->integer != 2 ||
             (rc = expect(x, REP_BULK, NULL)) != OP_OK || strcmp(x->r->str, q) != 0 ||
@@ -879,12 +891,9 @@ static int op_squeue(ctx_t *x, int j) {
         x->w->acked++;
         return OP_OK;
     }
-    uint64_t vid = new_vid(x);
-    make_value(vid, v, sizeof v);
-    fprintf(x->ack, "S %s %" PRIu64 " %" PRIu64 "\n", q, vid, now_ns());
-    x->what = "XADD";
-    CMD(&x->b, "XADD", q, "*", "v", v);
-    if ((rc = roundtrip(x, REP_BULK, NULL)) != OP_OK)
+    uint64_t vid;
+    const char *pre[] = {"*", "v"};
+    if ((rc = push_unique(x, "XADD", q, pre, 2, 'S', REP_BULK, &vid)) != OP_OK)
         return rc;
     fprintf(x->ack, "A XADD %s %" PRIu64 " %s\n", q, vid, x->r->str);
     x->w->acked++;
@@ -906,8 +915,7 @@ static int op_queue(ctx_t *x) {
     if (rng_next(&x->rng) % 2)
         return queue_move(x, q, qd);
     uint64_t vid;
-    x->what = "RPUSH (queue)";
-    int rc = push_unique(x, q, 'Q', &vid);
+    int rc = push_unique(x, "RPUSH", q, NULL, 0, 'Q', REP_INT, &vid);
     if (rc == OP_OK) {
         fprintf(x->ack, "A QPUSH %s %" PRIu64 "\n", q, vid);
         x->w->acked++;
