@@ -358,6 +358,36 @@ bool mango_heap_fits(size_t bytes);
  * read-write commands. The compiler plugin emits these automatically. */
 void mango_capture(const void *addr, size_t len);
 
+/* Scratch memory: durable bytes whose value recovery does not need, such as
+ * statistics, cached clocks, and cursors any value of which is valid. Stores
+ * to them are captured as always, but at the end of a batch a 32-byte block
+ * whose written bytes are all scratch is left out of the log, and a batch
+ * left with nothing to log commits nothing: it costs no sync, and its ticket
+ * is durable once the batches before it are. (A block that also holds a written byte that is
+ * not scratch is logged whole, scratch bytes included.) This keeps the
+ * periodic bookkeeping of an idle server off the disk.
+ *
+ * After recovery a scratch byte's value is unspecified: in the executable's
+ * data it is one the byte held at some time (its initial value, or one a
+ * batch logged with a neighbour), in the durable heap it may be anything.
+ * Reset scratch memory at start-up, or use it only where any value is
+ * valid. Memory stays scratch until mango_shutdown; never mark heap memory
+ * that may be freed, as a later object at the same address would lose
+ * writes.
+ *
+ * mango_scratch marks [addr, addr+len), which must lie in durable memory
+ * (the durable heap or the executable's data): MANGO_EINVAL otherwise, or
+ * when more than 64 KiB (2048 blocks) would be scratch. A no-op without a
+ * durable mode. Call it after mango_init, on the thread that runs batches
+ * (inside a read-write command or batch) or while no batch runs.
+ *
+ * MANGO_SCRATCH on a writable global or static of the executable (a static
+ * local too) marks it at mango_init:
+ *     static unsigned next_db MANGO_SCRATCH = 0;
+ */
+int mango_scratch(const void *addr, size_t len);
+#define MANGO_SCRATCH __attribute__((section("mango_scratch_globals"), used))
+
 /* ABI for the mango-cc compiler plugin: true on a thread while it runs a
  * read-write batch. Instrumented stores test it inline and call
  * mango_capture() only when it is set. */
@@ -416,6 +446,9 @@ typedef struct mango_stats {
     uint64_t heap_reclaims;      /* times a request that found no room turned free space only
                                   * some requests could use (emptied slabs, free small chunks)
                                   * into general space, since this process attached the heap */
+    uint64_t scratch_blocks_dropped; /* written blocks left out of the log: all their written
+                                      * bytes were scratch (mango_scratch) */
+    uint64_t scratch_batches;    /* batches that logged nothing because they wrote only scratch */
 } mango_stats;
 
 void mango_get_stats(mango_stats *out);

@@ -228,20 +228,51 @@ void dedup_append_nodedup(dedup_set *s, uintptr_t block, uint32_t mask)
     s->ovf_count++;
 }
 
+/* A written block's mask is never 0 (dedup_add_range sets at least one
+ * byte), so 0 marks a dropped one. */
 void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg)
 {
     for (uint32_t k = 0; k < s->count; k++) {
         uint32_t i = s->used_slot[k];
-        fn(arg, s->key[i], s->mask[i]);
+        if (s->mask[i])
+            fn(arg, s->key[i], s->mask[i]);
     }
     const dedup_spill *sp = &s->spill;
     if (sp->count)
         for (uint64_t i = 0; i < sp->cap; i++)
-            if (sp->key[i])
+            if (sp->key[i] && sp->mask[i])
                 fn(arg, sp->key[i], sp->mask[i]);
     for (const dedup_overflow_chunk *c = s->ovf_head; c; c = c->next)
         for (uint32_t k = 0; k < c->n; k++)
-            fn(arg, c->addr[k], c->mask[k]);
+            if (c->mask[k])
+                fn(arg, c->addr[k], c->mask[k]);
+}
+
+uint64_t dedup_drop(dedup_set *s, dedup_drop_fn drop, void *arg)
+{
+    uint64_t n = 0;
+    for (uint32_t k = 0; k < s->count; k++) {
+        uint32_t i = s->used_slot[k];
+        if (s->mask[i] && drop(arg, s->key[i], s->mask[i])) {
+            s->mask[i] = 0;
+            n++;
+        }
+    }
+    dedup_spill *sp = &s->spill;
+    if (sp->count)
+        for (uint64_t i = 0; i < sp->cap; i++)
+            if (sp->key[i] && sp->mask[i] && drop(arg, sp->key[i], sp->mask[i])) {
+                sp->mask[i] = 0;
+                n++;
+            }
+    for (dedup_overflow_chunk *c = s->ovf_head; c; c = c->next)
+        for (uint32_t k = 0; k < c->n; k++)
+            if (c->mask[k] && drop(arg, c->addr[k], c->mask[k])) {
+                c->mask[k] = 0;
+                n++;
+            }
+    s->dropped += n;
+    return n;
 }
 
 void dedup_clear(dedup_set *s)
@@ -249,6 +280,7 @@ void dedup_clear(dedup_set *s)
     for (uint32_t k = 0; k < s->count; k++)
         s->key[s->used_slot[k]] = 0;
     s->count = 0;
+    s->dropped = 0;
     if (s->spill.count) {
         /* Keep a modest table for the next big batch; give back a huge one. */
         if (s->spill.cap > (1u << 20))

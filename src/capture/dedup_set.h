@@ -66,6 +66,7 @@ typedef struct dedup_set {
     uint32_t mask[DEDUP_SLOTS];
     uint32_t used_slot[DEDUP_MAX_LOAD];      /* filled slots, for a fast clear */
     uint32_t count;
+    uint64_t dropped; /* blocks dedup_drop() emptied (mask 0), still in their slots */
     dedup_spill spill;
     /* MANGO_DEDUP=0 only: blocks in arrival order, not deduplicated */
     dedup_overflow_chunk *ovf_head, *ovf_tail, *ovf_free;
@@ -94,12 +95,22 @@ void dedup_add_data_range(dedup_set *s, uintptr_t addr, size_t len);
 void dedup_merge_ranges(dedup_set *s);
 typedef void (*dedup_range_fn)(void *arg, uintptr_t addr, uint64_t len);
 void dedup_for_each_range(const dedup_set *s, dedup_range_fn fn, void *arg);
-/* Total block entries (set + overflow). */
-static inline uint64_t dedup_size(const dedup_set *s) { return s->count + s->spill.count + s->ovf_count; }
+/* Total block entries (set + overflow), less those dropped. */
+static inline uint64_t dedup_size(const dedup_set *s)
+{
+    return s->count + s->spill.count + s->ovf_count - s->dropped;
+}
 /* Log slots the batch takes as it stands: its blocks and its data ranges. */
 static inline uint64_t dedup_log_slots(const dedup_set *s) { return dedup_size(s) + s->rng_slots; }
 typedef void (*dedup_visit_fn)(void *arg, uintptr_t block, uint32_t mask);
+/* Visit every block with its mask (not the dropped ones). */
 void dedup_for_each(const dedup_set *s, dedup_visit_fn fn, void *arg);
+/* At the end of a batch, before it is logged: drop every block drop() says
+ * to (its mask becomes 0; it stays in its slot until dedup_clear, so the
+ * probe chains hold, but no longer counts or is visited). Returns how many
+ * it dropped. Nothing may be added to the set after it. */
+typedef bool (*dedup_drop_fn)(void *arg, uintptr_t block, uint32_t mask);
+uint64_t dedup_drop(dedup_set *s, dedup_drop_fn drop, void *arg);
 void dedup_clear(dedup_set *s);
 
 /* Add a block to the spill set (past the primary set's load limit). */

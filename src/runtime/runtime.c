@@ -32,6 +32,7 @@
 #include "alloc/split_alloc.h"
 #include "backend/backend.h"
 #include "capture/capture.h"
+#include "capture/scratch.h"
 #include "capture/verify.h"
 #include "concurrency/flat_combining.h"
 #include "concurrency/read_deps.h"
@@ -76,6 +77,7 @@ typedef struct runtime {
     /* stats (written by the combiner only, read racily) */
     uint64_t batches, rw_commands, log_blocks, log_bytes, overflow_blocks, commit_syncs, commit_ns, log_zero_ranges;
     uint64_t log_data_ranges, log_data_bytes;
+    uint64_t scratch_blocks, scratch_batches; /* blocks left out as scratch; batches that logged nothing for it */
     size_t data_range_min; /* MANGO_DATA_RANGES (data_range_min_of) */
     uint64_t pipelined_batches;
     read_deps *deps; /* per-key read dependencies: request_keys given, fs/sim */
@@ -363,8 +365,14 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
     dedup_merge_ranges(rt.set);
+    uint64_t scratch = scratch_drop(rt.set); /* blocks only scratch bytes of were written */
+    rt.scratch_blocks += scratch;
     uint64_t n = dedup_log_slots(rt.set) + n_zero;
     if (n == 0) {
+        if (scratch) {
+            dedup_clear(rt.set); /* the dropped blocks still hold their slots */
+            rt.scratch_batches++;
+        }
         /* Nothing to log, but the batch may have read state still in flight:
          * its ticket is durable only after every earlier one. */
         if (defer && !pipeline_idle(&rt.pipe)) {
@@ -619,6 +627,8 @@ static size_t default_log_size(const char *pool_path, const mango_config *cfg)
     return large;
 }
 
+static int scratch_section(void);
+
 static int open_durable(const mango_config *cfg, int *status)
 {
     int rc = resolve_pool_path(cfg, rt.pool_path, sizeof rt.pool_path);
@@ -733,6 +743,9 @@ static int open_durable(const mango_config *cfg, int *status)
         hi[n++] = rt.layout.data_hi[i];
     }
     capture_set_ranges(n, lo, hi);
+    rc = scratch_section();
+    if (rc)
+        goto fail_heap;
     rc = capture_verify_setup(cfg->verify_capture, lo[0], hi[0]);
     if (rc)
         goto fail_heap;
@@ -760,6 +773,7 @@ static int open_durable(const mango_config *cfg, int *status)
     recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
+    scratch_reset();
     dheap_detach(); /* harmless when nothing is attached */
     rt.verify = false;
     capture_verify_shutdown();
@@ -769,6 +783,57 @@ fail_heap:
 fail_pool:
     pool_close(p);
     return rc;
+}
+
+/* ---- scratch memory (capture/scratch.h) ---- */
+
+/* Is [lo, hi) inside one durable range? */
+static bool wholly_durable(uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t rlo[CAPTURE_MAX_RANGES], rhi[CAPTURE_MAX_RANGES];
+    unsigned n = capture_get_ranges(rlo, rhi, CAPTURE_MAX_RANGES);
+    for (unsigned i = 0; i < n; i++)
+        if (lo >= rlo[i] && hi <= rhi[i])
+            return true;
+    return false;
+}
+
+int mango_scratch(const void *addr, size_t len)
+{
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_scratch: mango_init has not been called");
+    if (len == 0 || !rt.durable)
+        return MANGO_OK;
+    uintptr_t lo = (uintptr_t)addr;
+    if (!addr || lo + len < lo)
+        return mango_error(MANGO_EINVAL, "mango_scratch: bad range %p, %zu bytes", addr, len);
+    if (!wholly_durable(lo, lo + len))
+        return mango_error(MANGO_EINVAL, "mango_scratch: [%p, +%zu) is not durable memory (the durable heap "
+                           "or the executable's data): only durable bytes are logged", addr, len);
+    return scratch_add(lo, len);
+}
+
+/* Globals declared MANGO_SCRATCH: the linker gathers them in the section
+ * mango_scratch and names its bounds (weak: 0 when no object has one). */
+extern char __start_mango_scratch_globals[] __attribute__((weak, visibility("hidden")));
+extern char __stop_mango_scratch_globals[] __attribute__((weak, visibility("hidden")));
+
+static int scratch_section(void)
+{
+    uintptr_t lo = (uintptr_t)__start_mango_scratch_globals, hi = (uintptr_t)__stop_mango_scratch_globals;
+    if (!lo || hi <= lo)
+        return MANGO_OK;
+    if (!wholly_durable(lo, hi))
+        return mango_error(MANGO_EINVAL, "the mango_scratch_globals section [%#lx, %#lx) is not in the executable's "
+                           "writable data (declare MANGO_SCRATCH only on writable globals of the executable)",
+                           (unsigned long)lo, (unsigned long)hi);
+    int rc = scratch_add(lo, hi - lo);
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", mango_last_error());
+        return mango_error(rc, "the MANGO_SCRATCH globals: %s", why);
+    }
+    return MANGO_OK;
 }
 
 int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
@@ -1296,6 +1361,7 @@ int mango_shutdown(void)
         munmap(rt.set, sizeof *rt.set);
         rt.verify = false;
         capture_verify_shutdown();
+        scratch_reset();
         rt.set = NULL;
         /* The heap stays mapped and attached: the application may still read
          * and free its objects; nothing is logged any more. */
@@ -1329,6 +1395,8 @@ void mango_get_stats(mango_stats *out)
     out->log_zero_ranges = rt.log_zero_ranges;
     out->log_data_ranges = rt.log_data_ranges;
     out->log_data_bytes = rt.log_data_bytes;
+    out->scratch_blocks_dropped = rt.scratch_blocks;
+    out->scratch_batches = rt.scratch_batches;
     out->big_batches = rt.big.batches;
     out->big_batch_bytes = rt.big.bytes;
     out->heap_capacity = rt.up && rt.durable ? rt.heap_size : 0;
