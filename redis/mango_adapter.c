@@ -701,13 +701,15 @@ char *mangoInfo(char *info, int after_section)
         "mango_objects_being_released:%lu\r\n"
         "mango_function_libraries_saved:%lu\r\n"
         "mango_gather_holds:%llu\r\n"
-        "mango_inline_commits:%llu\r\n",
+        "mango_inline_commits:%llu\r\n"
+        "mango_scratch_blocks_dropped:%llu\r\n"
+        "mango_scratch_batches:%llu\r\n",
         mango_mode_name(), mango_pool_path(), mango_recovered ? "recovered" : "fresh", pipelined,
         (ull)s.batches, (ull)s.batches_in_flight, (ull)s.frontend_syncs, (ull)s.log_bytes, (ull)s.log_blocks,
         (ull)s.log_zero_ranges, (ull)s.log_data_ranges, (ull)s.log_data_bytes, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
         (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
         (ull)s.heap_allocated_bytes, (ull)s.heap_carved_bytes, (ull)s.heap_capacity, (ull)s.heap_reclaims, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds,
-        (ull)inline_commits);
+        (ull)inline_commits, (ull)s.scratch_blocks_dropped, (ull)s.scratch_batches);
 }
 
 int mangoInWriteSection(void) { return write_depth > 0; }
@@ -1134,6 +1136,49 @@ static void recount_used_memory(void)
               (unsigned long long)s.heap_chunks, own, recorded);
 }
 
+/* ---- scratch: durable memory recovery does not need ---------------------- *
+ * Every pass's batch, and serverCron's ten a second on an idle server, write
+ * some durable memory whose value no restart uses: statistics, call()'s
+ * bookkeeping, the cached clock, the expire cycle's per-db estimate and
+ * cursor, and (MANGO_SCRATCH in the patch) the cron's cursors over the
+ * databases. Marked scratch, a block that only they wrote is not logged, and
+ * a batch that wrote nothing else makes no sync (mango.h): an idle server
+ * stays off the disk. What a restart finds in them is unspecified: initServer()
+ * sets the server fields again after recovery, the two db fields are reset
+ * here, and the cursors are taken modulo the number of databases (a value
+ * they held, as .data/.bss scratch is, is in range anyway).
+ * Not marked: server.db and everything else recovery restores. */
+#define SERVER_SPAN(first, last) \
+    { &server.first, (size_t)((char *)(&server.last + 1) - (char *)&server.first), #first ".." #last }
+#define SERVER_FIELD(f) { &server.f, sizeof server.f, #f }
+static void mark_scratch(void)
+{
+    struct { const void *p; size_t n; const char *what; } r[] = {
+        /* INFO's statistics (initServer()/resetServerStats() set them) */
+        SERVER_SPAN(stat_starttime, stat_sync_partial_err),
+        SERVER_SPAN(cron_malloc_stats, stat_reply_buffer_expands),
+        /* call()'s bookkeeping, set before it is read */
+        SERVER_FIELD(core_propagates), SERVER_FIELD(propagate_no_multi),
+        SERVER_FIELD(fixed_time_expire), SERVER_FIELD(in_nested_call),
+        /* changes since the last save (save points, INFO) */
+        SERVER_FIELD(dirty),
+        /* the cached clock (updateCachedTime()) */
+        SERVER_SPAN(unixtime, ustime),
+    };
+    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
+        if (mango_scratch(r[i].p, r[i].n) != MANGO_OK) die(r[i].what, MANGO_EINVAL);
+    for (int j = 0; j < server.dbnum; j++) {
+        redisDb *db = &server.db[j];
+        if (mango_recovered) { /* a transient store: scratch needs no batch */
+            db->avg_ttl = 0;
+            db->expires_cursor = 0;
+        }
+        if (mango_scratch(&db->avg_ttl, sizeof db->avg_ttl) != MANGO_OK ||
+            mango_scratch(&db->expires_cursor, sizeof db->expires_cursor) != MANGO_OK)
+            die("a database's avg_ttl and expires_cursor", MANGO_EINVAL);
+    }
+}
+
 /* ---- importing an RDB file into a new pool -------------------------------- *
  * A new pool next to an RDB file (a dump.rdb from stock Redis, or from SAVE)
  * imports it at the first start, before the first client: the way to move an
@@ -1458,4 +1503,5 @@ void mangoCreateDatabases(void)
         server.db[j].watched_keys = dictCreate(&keylistDictType);
         server.db[j].slots_to_keys = NULL; /* cluster mode is not supported */
     }
+    if (mango_on) mark_scratch();
 }

@@ -20,6 +20,8 @@
 
 #include <stdint.h>
 
+#include "mango.h" /* MANGO_SCRATCH, on the cursors of expire.c and server.c's databasesCron() */
+
 /* Called in main() right after the dict hash seed is set and before any dict
  * exists or the config is loaded (recovery restores the pool's hash seed and
  * the config then overrides any other restored global): opens or creates the
