@@ -164,7 +164,15 @@ enum {
 
 /* Start the runtime: open (or create) the pool, recover or initialise the
  * state, start the backend. Returns MANGO_FRESH or MANGO_RECOVERED, or a
- * negative error code (message in mango_last_error()). */
+ * negative error code (message in mango_last_error()).
+ *
+ * fork(): only the process that opened the pool writes it. In a child
+ * forked while the runtime is up (a snapshot writer, say), every call that
+ * would write the pool or wait for it (batches, commands, submits, waits,
+ * bulk loads, mango_rpc_start, mango_shutdown) fails with MANGO_EINVAL and
+ * leaves it alone, even the end of a batch the parent had open; the child's
+ * stores stay in its own memory and its allocations come from the glibc
+ * heap. The parent is unaffected. */
 int mango_init(const mango_config *cfg, const mango_callbacks *cb);
 
 /* Stop the runtime: drain the log into the mirror, close the pool. */

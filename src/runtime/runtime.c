@@ -27,6 +27,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+#include <pthread.h>
 
 #include "alloc/durable_heap.h"
 #include "alloc/split_alloc.h"
@@ -785,6 +786,34 @@ fail_pool:
     return rc;
 }
 
+/* ---- fork() children ---- */
+
+/* fork(): the child inherits the runtime's state, the pool's file and
+ * shared mappings, and an open batch, but none of its threads. A frame it
+ * committed would land in the parent's log, a shutdown would close the pool
+ * under the parent, and a wait would wait for a sync thread that is not
+ * there. So a child refuses every call that writes the pool or waits for
+ * it, and stops capturing on the forking thread (its stores stay in its
+ * own memory; what it allocates comes from the glibc heap). */
+static bool forked_child;   /* this process is a fork() child of the one that opened the pool */
+static pid_t pool_owner;    /* that process */
+static bool fork_handler;   /* the pthread_atfork handler is registered */
+
+static void on_fork_child(void)
+{
+    if (!rt.up)
+        return; /* the parent had shut down: the child may open a pool of its own */
+    forked_child = true;
+    mango_capture_active = false;
+    split_alloc_rw_thread = false;
+}
+
+static int refused_in_child(const char *what)
+{
+    return mango_error(MANGO_EINVAL, "%s: this process is a fork() child of the process that opened the pool "
+                       "(pid %d); only that process may write the pool or wait for it", what, (int)pool_owner);
+}
+
 /* ---- scratch memory (capture/scratch.h) ---- */
 
 /* Is [lo, hi) inside one durable range? */
@@ -864,6 +893,9 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
     libc_interpose_link_anchor();
     memset(&rt, 0, sizeof rt);
     rt.data_range_min = range_min;
+    pool_owner = getpid();
+    if (!fork_handler && pthread_atfork(NULL, NULL, on_fork_child) == 0)
+        fork_handler = true;
     mango_error_reset_fatal();
     rt.cb = *cb;
     rt.cfg = cfg;
@@ -935,6 +967,8 @@ int mango_client_cmd(void *ctx)
 {
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_client_cmd");
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error_stopped();
@@ -953,6 +987,8 @@ int runtime_submit(void *ctx, uint64_t *ticket, bool may_wait)
     *ticket = 0;
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_client_submit");
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
     if (f)
         return mango_error_stopped();
@@ -964,10 +1000,13 @@ int runtime_submit(void *ctx, uint64_t *ticket, bool may_wait)
 
 static __thread bool batch_open_here;
 
+
 int mango_batch_begin(void)
 {
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_batch_begin");
     if (batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_begin: a batch is already open on this thread");
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
@@ -983,6 +1022,8 @@ static int bulk_finish(void);
 
 int mango_batch_end(void)
 {
+    if (forked_child)
+        return refused_in_child("mango_batch_end"); /* the parent's batch: the parent ends it */
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_end: no batch is open on this thread");
     mango_batch_resume(); /* a paused batch ends like any other */
@@ -994,6 +1035,8 @@ int mango_batch_end(void)
 
 int mango_batch_submit(uint64_t *ticket)
 {
+    if (forked_child)
+        return refused_in_child("mango_batch_submit");
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_submit: no batch is open on this thread");
     mango_batch_resume();
@@ -1075,6 +1118,8 @@ int mango_wait_durable(uint64_t ticket)
 {
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_wait_durable");
     int rc = pipeline_wait(&rt.pipe, ticket);
     if (rc != MANGO_OK) {
         mango_error(MANGO_EIO, "a pipelined log sync failed; ticket %llu is not durable",
@@ -1170,6 +1215,8 @@ static void bulk_test_kill(uint64_t pieces_done)
 
 int mango_batch_bulk_begin(void)
 {
+    if (forked_child)
+        return refused_in_child("mango_batch_bulk_begin");
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_bulk_begin: no batch is open on this thread");
     if (bulk.on)
@@ -1231,6 +1278,8 @@ static int bulk_commit_piece(uint64_t lo, uint64_t hi, bool first, uint64_t hwm)
 
 int mango_batch_bulk_end(void)
 {
+    if (forked_child)
+        return refused_in_child("mango_batch_bulk_end");
     if (!batch_open_here)
         return mango_error(MANGO_EINVAL, "mango_batch_bulk_end: no batch is open on this thread");
     if (!bulk.on)
@@ -1284,6 +1333,8 @@ int mango_rpc_start(const mango_rpc_config *cfg)
 {
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_rpc_start: mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_rpc_start");
     if (rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_start: already serving on port %d", rpc_server_port(rpc));
     mango_rpc_config none = {0};
@@ -1331,6 +1382,8 @@ int mango_rpc_stop(void)
 
 int mango_shutdown(void)
 {
+    if (forked_child) /* the parent's runtime: nothing here to stop, nothing to close */
+        return rt.up ? refused_in_child("mango_shutdown") : MANGO_OK;
     if (rpc) /* its workers may be inside commands */
         stop_rpc_server();
     if (!rt.up)
