@@ -961,6 +961,99 @@ def test_a_new_pool_imports_an_rdb_file(server_factory, mode, how):
     assert_same(after, snapshot(s, skip_dbs=(9,)), f"imported, then kill -9 ({mode})")
 
 
+@pytest.mark.parametrize("mode", ["emulated", "fs"])
+def test_bgsave_backs_up_a_busy_server(server_factory, mode):
+    """Backing up a running server (docs/redis.md, "Backups"): BGSAVE forks a
+    child that writes dump.rdb from the fork's snapshot while the server goes
+    on writing. The child must leave the pool alone (Redis's children leave
+    with _exit(), never through Mangosteen's exit handler, and a child
+    allocates only transient memory), and the fork must not disturb the
+    parent's log: a kill -9 after the BGSAVE loses no acknowledged write.
+    The file, next to a new pool, is imported at its first start and holds
+    the data set as it was, and every write acknowledged before BGSAVE was
+    answered."""
+    s = server_factory(mode)
+    facts = load_core(s)
+    r = s.client()
+    assert s.client(9).execute_command("DEBUG", "POPULATE", 20000, "pop", 100) in (b"OK", "OK", True)
+    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
+
+    def but_db5(snap):  # the writer's database: its keys are checked one by one
+        out = {k: v for k, v in snap.items() if k != "digest"}  # (the digest covers db5 too)
+        out["keyspace"] = [e for e in snap["keyspace"] if e[0] != "db5"]
+        return out
+
+    before = but_db5(snapshot(s, skip_dbs=(5, 9)))
+    acked, stop, errors = [0], threading.Event(), []
+
+    def writer():
+        w = s.client(5)
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                assert w.set(f"w:{i}", i)
+                acked[0] = i
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    wait_until(lambda: acked[0] > 200, what="writes to begin")
+    at_bgsave = acked[0]
+    assert r.bgsave()
+    wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, timeout=60, what="BGSAVE to end")
+    info = r.info("persistence")
+    assert info["rdb_last_bgsave_status"] == "ok", info
+    after_bgsave = acked[0]
+    wait_until(lambda: acked[0] > after_bgsave + 200, what="writes after the BGSAVE")
+    stop.set()
+    t.join()
+    assert not errors, errors
+    total = acked[0]
+
+    s.restart("kill")
+    w = s.client(5)
+    got = w.mget([f"w:{i}" for i in range(1, total + 1)])
+    assert all(v == str(i).encode() for i, v in enumerate(got, 1)), \
+        f"{mode}: acknowledged writes lost after the BGSAVE and a kill -9"
+    assert_same(before, but_db5(snapshot(s, skip_dbs=(5, 9))), f"after the BGSAVE and a kill -9 ({mode})")
+
+    s.stop("kill")
+    os.unlink(s.pool)
+    assert s.start() == "FRESH"
+    assert IMPORTED.search(s.logtext()), s.logtext()[-2000:]
+    assert_same(string_encodings_dropped(before), string_encodings_dropped(but_db5(snapshot(s, skip_dbs=(5, 9)))),
+                f"the BGSAVE's file imported ({mode})")
+    got = s.client(5).mget([f"w:{i}" for i in range(1, at_bgsave + 1)])
+    assert all(v == str(i).encode() for i, v in enumerate(got, 1)), \
+        f"{mode}: the file lacks writes acknowledged before BGSAVE was sent"
+    assert s.client(9).get("pop:19999").startswith(b"value:19999")
+
+
+@pytest.mark.parametrize("mode", ["emulated", "fs"])
+def test_a_stopped_servers_pool_copied_elsewhere_recovers(server_factory, mode):
+    """Backing up a stopped server (docs/redis.md, "Backups"): its pool file,
+    copied after a kill -9 (cp --sparse=always), recovers at the new path
+    with the same data set, and so does the original, which the copy left
+    as it was."""
+    s = server_factory(mode)
+    facts = load_core(s)
+    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
+    before = snapshot(s)
+    s.stop("kill")
+    original, copy = s.pool, os.path.join(s.dir, "copy.pool")
+    subprocess.run(["cp", "--sparse=always", original, copy], check=True)
+    s.pool = s.env["MANGO_POOL"] = copy
+    assert s.start() == "RECOVERED", s.logtext()[-2000:]
+    assert_same(before, snapshot(s), f"the copy ({mode})")
+    s.client().set("only-in-the-copy", 1)
+    s.stop("kill")
+    s.pool = s.env["MANGO_POOL"] = original
+    assert s.start() == "RECOVERED", s.logtext()[-2000:]
+    assert_same(before, snapshot(s), f"the original ({mode})")
+
+
 def another_build(path):
     """A copy of the server binary with one byte of its GNU build ID changed:
     to the pool, the binary of another build (a rebuild, an upgrade)."""
