@@ -110,10 +110,9 @@ static void remove_abandoned_creations(const char *dir, const char *base)
     closedir(d);
 }
 
-/* Move the finished temporary file to path unless path exists (another
- * process may have created the pool meanwhile: its pool is never replaced).
- * 0, or an errno. */
-static int publish_new_pool(const char *tmp, const char *path)
+/* pool.h. (pool_create: another process may have created the pool
+ * meanwhile: its pool is never replaced.) */
+int pool_publish_no_replace(const char *tmp, const char *path)
 {
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, path, RENAME_NOREPLACE) == 0)
         return 0;
@@ -238,7 +237,7 @@ int pool_create(const char *path, const pool_create_params *pp)
         goto fail;
     }
     munmap(base, pool_size);
-    int pe = publish_new_pool(tmp, path);
+    int pe = pool_publish_no_replace(tmp, path);
     if (pe == EEXIST) {
         rc = mango_error(MANGO_EEXIST, "pool %s already exists (another process created it meanwhile)", path);
         goto fail;

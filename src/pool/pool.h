@@ -50,6 +50,10 @@ typedef struct pool_create_params {
  * another process creates it meanwhile: a pool is never replaced). Built in a
  * temporary file and renamed into place, so a crash never leaves half a pool. */
 int pool_create(const char *path, const pool_create_params *params);
+/* Move a finished temporary file tmp to path unless path exists
+ * (renameat2 RENAME_NOREPLACE, or a hard link where the file system lacks
+ * it). 0, or an errno (EEXIST: path exists; tmp is left in place). */
+int pool_publish_no_replace(const char *tmp, const char *path);
 
 /* Open and validate. mode AUTO (0) picks the mode from the file system.
  * writable: lock exclusively and map read-write. */

@@ -1,7 +1,9 @@
-/* mango_cli.c -- the `mango` command: inspect and check Mangosteen pools.
+/* mango_cli.c -- the `mango` command: inspect and check Mangosteen pools
+ * (copy: mango_copy.c).
  *
  *   mango inspect [--json] POOL   print the header, head slots and log summary
  *   mango check [--quiet] [--no-heap-walk] POOL... validate a pool without modifying it
+ *   mango copy [--quiet] [--no-check] POOL DEST     copy a pool no process has open
  *
  * Both open the pool read-only (pool_open with writable=false: a shared flock
  * and a PROT_READ mapping), so they never write to it and refuse a pool that a
@@ -33,17 +35,18 @@
 #include "recovery/heap_preview.h"
 #include "runtime/error.h"
 
-enum { EXIT_OK = 0, EXIT_BAD = 1, EXIT_USAGE = 2 };
+#include "mango_cli.h"
 
 /* ---- usage texts ---- */
 
 static const char *main_usage =
     "NAME\n"
-    "    mango - inspect and check Mangosteen pool files\n"
+    "    mango - inspect, check and copy Mangosteen pool files\n"
     "\n"
     "SYNOPSIS\n"
     "    mango inspect [--json] POOL\n"
     "    mango check [--quiet] [--no-heap-walk] POOL...\n"
+    "    mango copy [--quiet] [--no-check] POOL DEST\n"
     "    mango help [COMMAND]\n"
     "    mango --help | --version\n"
     "\n"
@@ -53,7 +56,7 @@ static const char *main_usage =
     "    the redo log ring and a persistent mirror of every durable region.\n"
     "    A batch too large for the log keeps its entries in POOL.bigbatch beside\n"
     "    the pool until the mirror has them: copy both files when copying a pool\n"
-    "    that was not shut down cleanly.\n"
+    "    that was not shut down cleanly (mango copy does).\n"
     "\n"
     "    Every command opens the pool read-only with a shared lock: it never\n"
     "    modifies the file, and it refuses a pool that a running process has open.\n"
@@ -61,6 +64,7 @@ static const char *main_usage =
     "COMMANDS\n"
     "    inspect   print the header, both head slots and a summary of the redo log\n"
     "    check     validate a pool the way recovery would, without recovering it\n"
+    "    copy      copy a pool no process has open (a backup), then check the copy\n"
     "    help      print this text, or the manual of COMMAND\n"
     "\n"
     "OPTIONS\n"
@@ -68,9 +72,10 @@ static const char *main_usage =
     "    -V, --version  print the runtime version and exit\n"
     "\n"
     "EXIT STATUS\n"
-    "    0  success (check: the pool is usable)\n"
+    "    0  success (check: the pool is usable; copy: the copy is made and usable)\n"
     "    1  the pool is bad: truncated, corrupt, of another format version\n"
-    "    2  usage error, or the pool could not be read (missing, in use, I/O error)\n"
+    "    2  usage error, or the pool could not be read or written (missing, in\n"
+    "       use, an existing DEST, I/O error)\n"
     "\n"
     "Run 'mango COMMAND --help' for the options of a command.\n";
 
@@ -150,8 +155,7 @@ static const char *check_usage =
 
 /* ---- small helpers ---- */
 
-static void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void usage_error(const char *cmd, const char *fmt, ...)
+void usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     fprintf(stderr, "mango%s%s: ", cmd ? " " : "", cmd ? cmd : "");
@@ -162,14 +166,14 @@ static void usage_error(const char *cmd, const char *fmt, ...)
     exit(EXIT_USAGE);
 }
 
-static int exit_code_for(int rc)
+int exit_code_for(int rc)
 {
     if (rc == MANGO_OK)
         return EXIT_OK;
     return rc == MANGO_EBADPOOL ? EXIT_BAD : EXIT_USAGE;
 }
 
-static const char *human(uint64_t v, char *buf, size_t n)
+const char *human(uint64_t v, char *buf, size_t n)
 {
     static const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
     double d = (double)v;
@@ -566,7 +570,7 @@ static bool heap_consistent(scan_ctx *c)
     return rc == 0;
 }
 
-static int check_one(const char *path, bool quiet, bool walk_heap)
+int check_one(const char *path, bool quiet, bool walk_heap)
 {
     pool p;
     int rc = pool_open(&p, path, 0, false);
@@ -695,6 +699,8 @@ int main(int argc, char **argv)
             fputs(inspect_usage, stdout);
         else if (!strcmp(argv[2], "check"))
             fputs(check_usage, stdout);
+        else if (!strcmp(argv[2], "copy"))
+            fputs(copy_usage, stdout);
         else
             usage_error(NULL, "unknown command '%s'", argv[2]);
         return EXIT_OK;
@@ -703,6 +709,8 @@ int main(int argc, char **argv)
         return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(cmd, "check"))
         return cmd_check(argc - 1, argv + 1);
+    if (!strcmp(cmd, "copy"))
+        return cmd_copy(argc - 1, argv + 1);
     if (cmd[0] == '-')
         usage_error(NULL, "unknown option '%s'", cmd);
     usage_error(NULL, "unknown command '%s'", cmd);

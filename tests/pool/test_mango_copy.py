@@ -1,0 +1,123 @@
+"""`mango copy POOL DEST`: a backup of a pool no process has open.
+
+The copy is byte-for-byte the pool (holes and zero chunks read back as the
+zeros they stand for), sparse, checked before it gets its name, and taken
+with the pool's big-batch file; a pool left by a crash copies as well as a
+closed one, and the copy recovers. It refuses a pool in use, a missing or
+bad pool, and an existing DEST or DEST.bigbatch, leaving nothing behind and
+the source unchanged.
+
+Pools are made by the kvstore example and tests/unit/test_big_batch.c, as in
+test_bad_pools.py, whose helpers this file uses (same environment).
+"""
+
+import fcntl
+import os
+import re
+
+import pytest
+
+from test_bad_pools import (BIG_BATCH, FRAME_HEADER, KVSTORE, MANGO, check, flip_bit, inspect_json,
+                            make_pending_big_batch, make_pending_pool, make_pool, reopen, run, sha256,
+                            workdir)  # noqa: F401 (workdir: the fixture)
+
+pytestmark = pytest.mark.skipif(
+    not (KVSTORE and MANGO and os.access(KVSTORE, os.X_OK) and os.access(MANGO, os.X_OK)),
+    reason="set KVSTORE_BIN and MANGO_BIN to the built kvstore and mango binaries",
+)
+
+
+def copy(*args):
+    return run(MANGO, "copy", *args)
+
+
+def leftovers(d, keep):
+    """Files in d other than those named in keep (a failed copy leaves none)."""
+    return sorted(set(os.listdir(d)) - set(keep))
+
+
+def test_a_pool_left_by_a_crash_copies_exactly_and_the_copy_recovers(workdir):
+    p, info = make_pending_pool(workdir)
+    before = sha256(p)
+    dest = os.path.join(workdir, "copy")
+    r = copy(p, dest)
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert re.search(r" -> .*copy: 32 MiB pool, .* written in [\d.]+ s; the copy checks ok", r.stdout), r.stdout
+    assert sha256(p) == before, "copying modified the pool"
+    assert sha256(dest) == before, "the copy differs from the pool"
+    assert os.stat(dest).st_blocks <= os.stat(p).st_blocks  # sparse
+    assert os.stat(dest).st_mode & 0o777 == os.stat(p).st_mode & 0o777
+    assert inspect_json(dest)["log"]["committed_frames"] == info["log"]["committed_frames"]
+    assert leftovers(workdir, ["pending", "ack", "copy"]) == []
+    k = reopen(dest)  # the copy recovers: replays the pending frames
+    assert k.returncode == 0 and "RECOVERED" in k.stdout, (k.stdout, k.stderr)
+    assert sha256(p) == before
+
+
+@pytest.mark.skipif(not (BIG_BATCH and os.access(BIG_BATCH, os.X_OK)),
+                    reason="set BIG_BATCH_BIN to the built test_big_batch")
+def test_the_big_batch_file_comes_along(workdir):
+    p = make_pending_big_batch(workdir)
+    dest = os.path.join(workdir, "copy")
+    r = copy(p, dest)
+    assert r.returncode == 0 and "(with its big-batch file)" in r.stdout, (r.stdout, r.stderr)
+    assert sha256(dest) == sha256(p) and sha256(dest + ".bigbatch") == sha256(p + ".bigbatch")
+    c = check(dest)  # names the copy's own big-batch file
+    assert c.returncode == 0 and "1 committed frame pending replay" in c.stdout, (c.stdout, c.stderr)
+    k = run(BIG_BATCH, "verify", "emulated", dest, "0", "-")
+    assert k.returncode in (0, 20), (k.returncode, k.stdout, k.stderr)  # 20: it replayed the big batch
+
+
+def test_refusals_leave_nothing_behind(workdir):
+    p = make_pool(workdir)
+    before = sha256(p)
+    dest = os.path.join(workdir, "copy")
+    # usage
+    for args, needle in (((), "missing POOL and DEST"), ((p,), "missing DEST"), ((p, dest, "x"), "unexpected"),
+                         (("--frobnicate", p, dest), "unknown option")):
+        r = copy(*args)
+        assert r.returncode == 2 and needle in r.stderr, (args, r.returncode, r.stderr)
+    # a missing pool
+    r = copy(os.path.join(workdir, "nothing"), dest)
+    assert r.returncode == 2 and "cannot open pool" in r.stderr, r.stderr
+    # in use: an exclusive lock, as a running process holds
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        r = copy(p, dest)
+        assert r.returncode == 2 and "in use by another process" in r.stderr and "BGSAVE" in r.stderr, r.stderr
+    finally:
+        os.close(fd)
+    assert leftovers(workdir, ["pool"]) == []
+    # DEST or DEST.bigbatch exists: never replaced
+    for existing in (dest, dest + ".bigbatch"):
+        with open(existing, "w") as f:
+            f.write("precious")
+        r = copy(p, dest)
+        assert r.returncode == 2 and "exists: nothing is replaced" in r.stderr, r.stderr
+        with open(existing) as f:
+            assert f.read() == "precious"
+        os.unlink(existing)
+    assert leftovers(workdir, ["pool"]) == []
+    assert sha256(p) == before
+    # and with all that out of the way, it copies; --quiet prints nothing
+    r = copy("--quiet", p, dest)
+    assert r.returncode == 0 and r.stdout == "" and r.stderr == "", (r.stdout, r.stderr)
+    assert sha256(dest) == before
+
+
+def test_a_pool_that_does_not_check_is_not_copied_unless_asked(workdir):
+    """A flipped bit in a pending frame followed by committed frames: the
+    pool opens (its header is sound) but does not check. The copy is
+    refused with exit 1 and nothing at DEST; with --no-check it is made."""
+    p, info = make_pending_pool(workdir, min_frames=2)
+    f = info["log"]["frames"][0]
+    flip_bit(p, f["offset"] + FRAME_HEADER + 16 + 5, 2)
+    before = sha256(p)
+    dest = os.path.join(workdir, "copy")
+    r = copy(p, dest)
+    assert r.returncode == 1 and "does not check" in r.stderr and "committed frames follow" in r.stderr, r.stderr
+    assert leftovers(workdir, ["pending", "ack"]) == []
+    r = copy("--no-check", p, dest)
+    assert r.returncode == 0 and "checks ok" not in r.stdout, (r.stdout, r.stderr)
+    assert sha256(dest) == before == sha256(p)

@@ -1,0 +1,286 @@
+/* mango_copy.c -- `mango copy POOL DEST`: a backup of a pool no process has
+ * open.
+ *
+ * The source is opened as `mango check` opens it (validated, read-only, a
+ * shared flock held to the end: a running process holds the pool
+ * exclusively, so it is refused, and no process can open it while it is
+ * copied). The copy is sparse (only the source's data extents, and of them
+ * only chunks that are not all zeros, are written), synced, checked like
+ * `mango check` (with its big-batch file, if the source has one), and only
+ * then moved to DEST (and DEST.bigbatch) without replacing anything there. A
+ * failure leaves nothing behind.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mango.h"
+#include "mango_cli.h"
+#include "pool/pool.h"
+#include "runtime/error.h"
+
+const char *copy_usage =
+    "NAME\n"
+    "    mango copy - copy a Mangosteen pool that no process has open\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    mango copy [--quiet] [--no-check] POOL DEST\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Makes DEST a copy of POOL, for a backup or to move a pool: with\n"
+    "    POOL.bigbatch as DEST.bigbatch when there is one (a batch too large for\n"
+    "    the log keeps its entries there until the mirror has them). A pool left\n"
+    "    by a crash copies as well as a cleanly closed one: the copy recovers\n"
+    "    exactly as the original would, by the same binary.\n"
+    "\n"
+    "    POOL is validated and held with a shared lock while it is copied, so a\n"
+    "    pool that a running process has open is refused (stop the process, or\n"
+    "    have the application write a snapshot: durable Redis's BGSAVE), and no\n"
+    "    process can open it until the copy is done. A plain cp of a pool in use\n"
+    "    can capture a state that never existed.\n"
+    "\n"
+    "    The copy is sparse (holes and all-zero chunks are not written; DEST has\n"
+    "    POOL's size and permissions), synced to disk, and checked the way\n"
+    "    `mango check` checks a pool before it gets its name. DEST and\n"
+    "    DEST.bigbatch must not exist: nothing is ever replaced. On any failure\n"
+    "    nothing is left at DEST. Progress goes to stderr when it is a terminal.\n"
+    "\n"
+    "OPTIONS\n"
+    "    -q, --quiet     print nothing on success (errors still)\n"
+    "    -n, --no-check  do not check the copy (faster for large pools; the\n"
+    "                    source is still validated as it is opened)\n"
+    "    -h, --help      print this text and exit\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0  DEST is a usable copy of POOL\n"
+    "    1  POOL is bad (its copy does not check): nothing was left at DEST\n"
+    "    2  usage error; POOL missing or in use; DEST exists; an I/O error\n";
+
+#define CHUNK (1u << 20)
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static bool all_zero(const char *b, size_t n)
+{
+    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
+}
+
+typedef struct copy_job {
+    const char *what;   /* for messages */
+    bool progress;      /* to stderr, once a second */
+    uint64_t written;   /* bytes written (not holes) */
+    uint64_t scanned;   /* bytes of data extents read */
+    double last_report;
+} copy_job;
+
+/* Copy the file open at in (size bytes, mode) to a new file tmp, sparse,
+ * synced. 0, or an errno (tmp removed). */
+static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy_job *j)
+{
+    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 07777);
+    if (out < 0)
+        return errno;
+    int e = 0;
+    char *buf = malloc(CHUNK);
+    if (!buf || ftruncate(out, (off_t)size) != 0)
+        e = buf ? errno : ENOMEM;
+    for (uint64_t off = 0; !e && off < size;) {
+        off_t data = lseek(in, (off_t)off, SEEK_DATA);
+        if (data < 0) {
+            if (errno == ENXIO)
+                break; /* only a hole is left */
+            if (errno != EINVAL) {
+                e = errno;
+                break;
+            }
+            data = (off_t)off; /* no SEEK_DATA here: read it all */
+        }
+        off_t hole = lseek(in, data, SEEK_HOLE);
+        uint64_t end = hole < 0 ? size : (uint64_t)hole;
+        for (uint64_t at = (uint64_t)data; !e && at < end;) {
+            size_t n = end - at < CHUNK ? (size_t)(end - at) : CHUNK;
+            ssize_t r = pread(in, buf, n, (off_t)at);
+            if (r <= 0) {
+                e = r < 0 ? errno : EIO; /* the file shrank under the lock: not a pool process */
+                break;
+            }
+            if (!all_zero(buf, (size_t)r)) {
+                for (ssize_t done = 0; done < r;) {
+                    ssize_t w = pwrite(out, buf + done, (size_t)(r - done), (off_t)(at + (uint64_t)done));
+                    if (w < 0) {
+                        if (errno == EINTR)
+                            continue;
+                        e = errno;
+                        break;
+                    }
+                    done += w;
+                }
+                j->written += (uint64_t)r;
+            }
+            at += (uint64_t)r;
+            j->scanned += (uint64_t)r;
+            double t = now_s();
+            if (j->progress && t - j->last_report >= 1.0) {
+                char a[32], b[32];
+                fprintf(stderr, "\rmango copy: %s: %s read, %s written ", j->what, human(j->scanned, a, sizeof a),
+                        human(j->written, b, sizeof b));
+                j->last_report = t;
+            }
+        }
+        off = end;
+    }
+    free(buf);
+    if (!e && fsync(out) != 0)
+        e = errno;
+    if (close(out) != 0 && !e)
+        e = errno;
+    if (e)
+        unlink(tmp);
+    return e;
+}
+
+/* Sync the directory holding path, so that renames into it are durable. */
+static int sync_dir_of(const char *path)
+{
+    char *d = strdup(path);
+    if (!d)
+        return ENOMEM;
+    int fd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    free(d);
+    if (fd < 0)
+        return errno;
+    int e = fsync(fd) == 0 ? 0 : errno;
+    close(fd);
+    return e;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 || errno != ENOENT;
+}
+
+int cmd_copy(int argc, char **argv)
+{
+    static const struct option lo[] = {
+        {"quiet", 0, 0, 'q'}, {"no-check", 0, 0, 'n'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    bool quiet = false, check = true;
+    int ch;
+    opterr = 0;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, ":qnh", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'q': quiet = true; break;
+        case 'n': check = false; break;
+        case 'h': fputs(copy_usage, stdout); exit(EXIT_OK);
+        default: usage_error("copy", "unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (argc - optind != 2)
+        usage_error("copy", argc - optind < 2 ? "missing %s" : "unexpected argument '%s'",
+                    argc - optind == 0 ? "POOL and DEST" : argc - optind == 1 ? "DEST" : argv[optind + 2]);
+    const char *src = argv[optind], *dst = argv[optind + 1];
+    char dst_big[4200], tmp[4200], tmp_big[4200];
+    if (snprintf(dst_big, sizeof dst_big, "%s.bigbatch", dst) >= (int)sizeof dst_big ||
+        snprintf(tmp, sizeof tmp, "%s.copying-%d", dst, (int)getpid()) >= (int)sizeof tmp ||
+        snprintf(tmp_big, sizeof tmp_big, "%s.bigbatch", tmp) >= (int)sizeof tmp_big)
+        usage_error("copy", "DEST is too long");
+    if (exists(dst) || exists(dst_big)) {
+        fprintf(stderr, "mango copy: %s exists: nothing is replaced (remove it first, or choose another DEST)\n",
+                exists(dst) ? dst : dst_big);
+        return EXIT_USAGE;
+    }
+
+    pool p;
+    int rc = pool_open(&p, src, 0, false);
+    if (rc != MANGO_OK) {
+        fprintf(stderr, "mango copy: %s%s\n", mango_last_error(),
+                rc == MANGO_EBUSY ? "; stop that process first, or have the application write a snapshot "
+                                    "(durable Redis: BGSAVE)" : "");
+        return exit_code_for(rc);
+    }
+    struct stat st;
+    if (fstat(p.fd, &st) != 0) {
+        fprintf(stderr, "mango copy: cannot stat %s: %s\n", src, strerror(errno));
+        pool_close(&p);
+        return EXIT_USAGE;
+    }
+    double t0 = now_s();
+    copy_job j = {.what = src, .progress = !quiet && isatty(2), .last_report = t0};
+    int e = copy_sparse(p.fd, (uint64_t)st.st_size, st.st_mode, tmp, &j);
+    if (e) {
+        fprintf(stderr, "%smango copy: cannot write %s: %s\n", j.progress ? "\n" : "", tmp, strerror(e));
+        pool_close(&p);
+        return EXIT_USAGE;
+    }
+    bool big = false;
+    int bfd = open(p.big_batch_path, O_RDONLY | O_CLOEXEC);
+    if (bfd >= 0) {
+        struct stat bst;
+        e = fstat(bfd, &bst) != 0 ? errno : 0;
+        j.what = p.big_batch_path;
+        if (!e)
+            e = copy_sparse(bfd, (uint64_t)bst.st_size, bst.st_mode, tmp_big, &j);
+        close(bfd);
+        big = e == 0;
+    } else if (errno != ENOENT) {
+        e = errno;
+    }
+    if (e) {
+        fprintf(stderr, "%smango copy: cannot copy %s: %s\n", j.progress ? "\n" : "", p.big_batch_path, strerror(e));
+        unlink(tmp);
+        pool_close(&p);
+        return EXIT_USAGE;
+    }
+    if (j.progress)
+        fputc('\n', stderr);
+    if (check) {
+        int cr = check_one(tmp, true, true); /* its problems on stderr, named by the temporary path */
+        if (cr != EXIT_OK) {
+            fprintf(stderr, "mango copy: the copy of %s does not check (above); nothing was left at %s\n", src,
+                    dst);
+            unlink(tmp);
+            unlink(tmp_big);
+            pool_close(&p);
+            return cr;
+        }
+    }
+    e = big ? pool_publish_no_replace(tmp_big, dst_big) : 0;
+    if (!e) {
+        e = pool_publish_no_replace(tmp, dst);
+        if (e && big)
+            unlink(dst_big);
+    }
+    if (!e)
+        e = sync_dir_of(dst);
+    pool_close(&p);
+    if (e) {
+        if (e == EEXIST)
+            fprintf(stderr, "mango copy: %s appeared while copying: nothing is replaced\n", dst);
+        else
+            fprintf(stderr, "mango copy: cannot move the copy to %s: %s\n", dst, strerror(e));
+        unlink(tmp);
+        unlink(tmp_big);
+        return EXIT_USAGE;
+    }
+    if (!quiet) {
+        char a[32], b[32];
+        printf("%s -> %s: %s pool, %s written%s in %.2f s%s\n", src, dst, human((uint64_t)st.st_size, a, sizeof a),
+               human(j.written, b, sizeof b), big ? " (with its big-batch file)" : "", now_s() - t0,
+               check ? "; the copy checks ok" : "");
+    }
+    return EXIT_OK;
+}
