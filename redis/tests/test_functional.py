@@ -1033,17 +1033,23 @@ def test_bgsave_backs_up_a_busy_server(server_factory, mode):
 
 @pytest.mark.parametrize("mode", ["emulated", "fs"])
 def test_a_stopped_servers_pool_copied_elsewhere_recovers(server_factory, mode):
-    """Backing up a stopped server (docs/redis.md, "Backups"): its pool file,
-    copied after a kill -9 (cp --sparse=always), recovers at the new path
-    with the same data set, and so does the original, which the copy left
-    as it was."""
+    """Backing up a stopped server (docs/redis.md, "Backups"): its pool,
+    copied with `mango copy` after a kill -9 (refused while the server runs),
+    recovers at the new path with the same data set, and so does the
+    original, which the copy left as it was."""
+    cli = os.environ.get("MANGO_CLI") or shutil.which("mango")
+    if not cli:
+        pytest.skip("no mango CLI (MANGO_CLI)")
     s = server_factory(mode)
     facts = load_core(s)
     wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
     before = snapshot(s)
-    s.stop("kill")
     original, copy = s.pool, os.path.join(s.dir, "copy.pool")
-    subprocess.run(["cp", "--sparse=always", original, copy], check=True)
+    busy = subprocess.run([cli, "copy", original, copy], capture_output=True, text=True)
+    assert busy.returncode == 2 and "in use" in busy.stderr and not os.path.exists(copy), busy.stderr
+    s.stop("kill")
+    done = subprocess.run([cli, "copy", original, copy], capture_output=True, text=True)
+    assert done.returncode == 0 and "the copy checks ok" in done.stdout, (done.stdout, done.stderr)
     s.pool = s.env["MANGO_POOL"] = copy
     assert s.start() == "RECOVERED", s.logtext()[-2000:]
     assert_same(before, snapshot(s), f"the copy ({mode})")
