@@ -379,15 +379,16 @@ void mango_capture(const void *addr, size_t len);
  * data it is one the byte held at some time (its initial value, or one a
  * batch logged with a neighbour), in the durable heap it may be anything.
  * Reset scratch memory at start-up, or use it only where any value is
- * valid. Memory stays scratch until mango_shutdown; never mark heap memory
- * that may be freed, as a later object at the same address would lose
- * writes.
+ * valid. Memory stays scratch until mango_shutdown, or, in the durable
+ * heap, until it is freed (the allocator's own writes there are logged, and
+ * an object allocated there later is not scratch).
  *
  * mango_scratch marks [addr, addr+len), which must lie in durable memory
  * (the durable heap or the executable's data): MANGO_EINVAL otherwise, or
  * when more than 64 KiB (2048 blocks) would be scratch. A no-op without a
- * durable mode. Call it after mango_init, on the thread that runs batches
- * (inside a read-write command or batch) or while no batch runs.
+ * durable mode. Call it after mango_init: inside a read-write command or
+ * batch, or outside any (it then waits for the write side, as a read-write
+ * command does); not from a read-only command.
  *
  * MANGO_SCRATCH on a writable global or static of the executable (a static
  * local too) marks it at mango_init:

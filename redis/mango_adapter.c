@@ -1145,8 +1145,9 @@ static void recount_used_memory(void)
  * a batch that wrote nothing else makes no sync (mango.h): an idle server
  * stays off the disk. What a restart finds in them is unspecified: initServer()
  * sets the server fields again after recovery, the two db fields are reset
- * here, and the cursors are taken modulo the number of databases (a value
- * they held, as .data/.bss scratch is, is in range anyway).
+ * here, and the cursors hold values they held (.data/.bss scratch): in
+ * range, since a pool's number of databases never changes (current_db and
+ * resize_db are taken modulo it anyway; rehash_db is not).
  * Not marked: server.db and everything else recovery restores. */
 #define SERVER_SPAN(first, last) \
     { &server.first, (size_t)((char *)(&server.last + 1) - (char *)&server.first), #first ".." #last }

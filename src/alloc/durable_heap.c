@@ -129,6 +129,7 @@ static uint64_t g_cap;
 static dheap_root *g_root;
 static dheap_capture_fn g_capture;
 static dheap_zero_fn g_zero;
+static dheap_free_hook_fn g_free_hook;
 /* Frees since the last reclaim() (transient): a reclaim with none between
  * would find nothing new. */
 static uint64_t g_frees_since_reclaim;
@@ -875,10 +876,12 @@ int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn captu
 }
 
 void dheap_set_zero_capture(dheap_zero_fn fn) { g_zero = fn; }
+void dheap_set_free_hook(dheap_free_hook_fn fn) { g_free_hook = fn; }
 
 void dheap_detach(void)
 {
     g_zero = NULL;
+    g_free_hook = NULL;
     g_root = NULL;
     g_base = NULL;
     g_cap = 0;
@@ -1016,11 +1019,15 @@ void dheap_free(void *p)
         return;
     int s = slab_resolve("free", p);
     if (s >= 0) {
+        if (g_free_hook)
+            g_free_hook(p, (size_t)slab_obj((unsigned)s));
         slab_free((uint64_t)((char *)p - g_base), (unsigned)s);
         return;
     }
     uint64_t alias;
     uint64_t off = resolve("free", p, &alias);
+    if (g_free_hook)
+        g_free_hook(p, (size_t)(g_base + off + csize(hdr_at(off)) - (char *)p));
     if (alias)
         META_SET(hdr_at(alias)->magic, (uint16_t)~magic_for(alias)); /* never valid */
     free_chunk(off);

@@ -77,6 +77,10 @@ void dheap_detach(void);
 /* Where calloc reports a large zeroed range of reused memory (NULL: as
  * ordinary stores). Cleared by dheap_detach. */
 void dheap_set_zero_capture(dheap_zero_fn fn);
+/* Called with each object free is about to release, [p, p + n) (NULL: none;
+ * cleared by dheap_detach): the runtime unmarks scratch memory there. */
+typedef void (*dheap_free_hook_fn)(const void *p, size_t n);
+void dheap_set_free_hook(dheap_free_hook_fn fn);
 
 void *dheap_malloc(size_t n);
 void *dheap_calloc(size_t n, size_t size);

@@ -15,6 +15,7 @@
 #ifndef MANGO_SCRATCH_H
 #define MANGO_SCRATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -23,10 +24,14 @@
 #define SCRATCH_SLOTS 4096u                   /* 32 KiB of keys + 16 KiB of masks */
 #define SCRATCH_MAX_BLOCKS (SCRATCH_SLOTS / 2) /* 64 KiB of scratch memory */
 
-/* Mark [addr, addr+len) scratch (the caller checked that it is durable).
- * MANGO_OK, or MANGO_EINVAL when the table cannot take its blocks (nothing
- * of it is then added). */
-int scratch_add(uintptr_t addr, size_t len);
+/* Mark [addr, addr+len) scratch (the caller checked that it is durable;
+ * in_heap: it lies in the durable heap). MANGO_OK, or MANGO_EINVAL when the
+ * table cannot take its blocks (nothing of it is then added). */
+int scratch_add(uintptr_t addr, size_t len, bool in_heap);
+/* [lo, hi) of the durable heap is being freed: it is scratch no more (the
+ * allocator writes its metadata there, which must be logged). On the thread
+ * holding the write side, as every durable free runs. */
+void scratch_unmark_heap(uintptr_t lo, uintptr_t hi);
 /* Forget every range (mango_shutdown, so a later mango_init starts empty). */
 void scratch_reset(void);
 /* Blocks with scratch bytes. */

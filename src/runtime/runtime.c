@@ -89,6 +89,8 @@ typedef struct runtime {
 } runtime;
 
 static runtime rt;
+/* A batch begun by mango_batch_begin is open on this thread. */
+static __thread bool batch_open_here;
 /* The ticket of the batch this thread ended last (set by batch_end, which
  * runs on the thread that ends the batch). */
 static __thread uint64_t last_ticket_here;
@@ -798,12 +800,14 @@ fail_pool:
 static bool forked_child;   /* this process is a fork() child of the one that opened the pool */
 static pid_t pool_owner;    /* that process */
 static bool fork_handler;   /* the pthread_atfork handler is registered */
+static _Atomic bool live;   /* from mango_init's success to the end of mango_shutdown */
 
 static void on_fork_child(void)
 {
-    if (!rt.up)
-        return; /* the parent had shut down: the child may open a pool of its own */
+    if (!atomic_load(&live))
+        return; /* no runtime in the parent: the child may open a pool of its own */
     forked_child = true;
+    batch_open_here = false; /* the forking thread's, the child's only thread */
     mango_capture_active = false;
     split_alloc_rw_thread = false;
 }
@@ -817,14 +821,32 @@ static int refused_in_child(const char *what)
 /* ---- scratch memory (capture/scratch.h) ---- */
 
 /* Is [lo, hi) inside one durable range? */
-static bool wholly_durable(uintptr_t lo, uintptr_t hi)
+/* The index of the durable range [lo, hi) lies in (0: the durable heap), or
+ * -1 if none holds it whole. */
+static int durable_range_of(uintptr_t lo, uintptr_t hi)
 {
     uintptr_t rlo[CAPTURE_MAX_RANGES], rhi[CAPTURE_MAX_RANGES];
     unsigned n = capture_get_ranges(rlo, rhi, CAPTURE_MAX_RANGES);
     for (unsigned i = 0; i < n; i++)
         if (lo >= rlo[i] && hi <= rhi[i])
-            return true;
-    return false;
+            return (int)i;
+    return -1;
+}
+
+/* A durable free: the freed bytes are scratch no more (scratch.h). */
+static void scratch_on_free(const void *p, size_t n) { scratch_unmark_heap((uintptr_t)p, (uintptr_t)p + n); }
+
+typedef struct scratch_args {
+    uintptr_t lo;
+    size_t len;
+    bool in_heap;
+    int rc;
+} scratch_args;
+
+static void scratch_add_exclusive(void *arg)
+{
+    scratch_args *a = arg;
+    a->rc = scratch_add(a->lo, a->len, a->in_heap);
 }
 
 int mango_scratch(const void *addr, size_t len)
@@ -836,10 +858,21 @@ int mango_scratch(const void *addr, size_t len)
     uintptr_t lo = (uintptr_t)addr;
     if (!addr || lo + len < lo)
         return mango_error(MANGO_EINVAL, "mango_scratch: bad range %p, %zu bytes", addr, len);
-    if (!wholly_durable(lo, lo + len))
+    int range = durable_range_of(lo, lo + len);
+    if (range < 0)
         return mango_error(MANGO_EINVAL, "mango_scratch: [%p, +%zu) is not durable memory (the durable heap "
                            "or the executable's data): only durable bytes are logged", addr, len);
-    return scratch_add(lo, len);
+    scratch_args a = {.lo = lo, .len = len, .in_heap = range == 0};
+    if (batch_open_here || mango_capture_active) {
+        scratch_add_exclusive(&a); /* this thread holds the write side: batch ends read the table under it */
+    } else {
+        int rc = fc_execute_exclusive(rt.fc, scratch_add_exclusive, &a);
+        if (rc != MANGO_OK)
+            return rc;
+    }
+    if (a.rc == MANGO_OK && a.in_heap)
+        dheap_set_free_hook(scratch_on_free);
+    return a.rc;
 }
 
 /* Globals declared MANGO_SCRATCH: the linker gathers them in the section
@@ -852,11 +885,11 @@ static int scratch_section(void)
     uintptr_t lo = (uintptr_t)__start_mango_scratch_globals, hi = (uintptr_t)__stop_mango_scratch_globals;
     if (!lo || hi <= lo)
         return MANGO_OK;
-    if (!wholly_durable(lo, hi))
+    if (durable_range_of(lo, hi) < 0)
         return mango_error(MANGO_EINVAL, "the mango_scratch_globals section [%#lx, %#lx) is not in the executable's "
                            "writable data (declare MANGO_SCRATCH only on writable globals of the executable)",
                            (unsigned long)lo, (unsigned long)hi);
-    int rc = scratch_add(lo, hi - lo);
+    int rc = scratch_add(lo, hi - lo, false);
     if (rc) {
         char why[512];
         snprintf(why, sizeof why, "%s", mango_last_error());
@@ -891,11 +924,14 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         return rc0;
     split_alloc_link_anchor();
     libc_interpose_link_anchor();
+    if (!fork_handler) {
+        if (pthread_atfork(NULL, NULL, on_fork_child) != 0)
+            return mango_error(MANGO_ENOMEM, "pthread_atfork: cannot register the fork handler");
+        fork_handler = true;
+    }
     memset(&rt, 0, sizeof rt);
     rt.data_range_min = range_min;
     pool_owner = getpid();
-    if (!fork_handler && pthread_atfork(NULL, NULL, on_fork_child) == 0)
-        fork_handler = true;
     mango_error_reset_fatal();
     rt.cb = *cb;
     rt.cfg = cfg;
@@ -960,6 +996,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         }
     }
     (void)capture_noop;
+    atomic_store(&live, true);
     return status;
 }
 
@@ -997,8 +1034,6 @@ int runtime_submit(void *ctx, uint64_t *ticket, bool may_wait)
         mango_error_adopt_fatal(); /* the combiner that failed was another thread */
     return rc;
 }
-
-static __thread bool batch_open_here;
 
 
 int mango_batch_begin(void)
@@ -1134,6 +1169,8 @@ int mango_durable_fd(void)
 {
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_init has not been called");
+    if (forked_child) /* the parent's eventfd: a read here would take its wake-ups */
+        return refused_in_child("mango_durable_fd");
     int fd = pipeline_event_fd(&rt.pipe);
     if (fd < 0)
         return mango_error(MANGO_ENOMEM, "eventfd: %s", strerror(errno));
@@ -1374,6 +1411,8 @@ static void stop_rpc_server(void)
 
 int mango_rpc_stop(void)
 {
+    if (forked_child) /* the listening socket is the parent's too */
+        return refused_in_child("mango_rpc_stop");
     if (!rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_stop: not serving");
     stop_rpc_server();
@@ -1415,12 +1454,14 @@ int mango_shutdown(void)
         rt.verify = false;
         capture_verify_shutdown();
         scratch_reset();
+        dheap_set_free_hook(NULL);
         rt.set = NULL;
         /* The heap stays mapped and attached: the application may still read
          * and free its objects; nothing is logged any more. */
         kept_heap = rt.heap;
         kept_heap_size = rt.heap_size;
     }
+    atomic_store(&live, false);
     return rc;
 }
 

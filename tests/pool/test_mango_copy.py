@@ -14,6 +14,7 @@ test_bad_pools.py, whose helpers this file uses (same environment).
 import fcntl
 import os
 import re
+import subprocess
 
 import pytest
 
@@ -121,3 +122,29 @@ def test_a_pool_that_does_not_check_is_not_copied_unless_asked(workdir):
     r = copy("--no-check", p, dest)
     assert r.returncode == 0 and "checks ok" not in r.stdout, (r.stdout, r.stderr)
     assert sha256(dest) == before == sha256(p)
+
+
+def test_permissions_and_what_an_abandoned_copy_left(workdir):
+    """DEST gets POOL's permissions whatever the umask; the temporary file of
+    a copy whose process is gone (DEST.copying-PID, as a kill -9 leaves it)
+    is removed by the next copy to that DEST, and one of a live process is
+    left alone."""
+    p = make_pool(workdir)
+    os.chmod(p, 0o666)
+    dest = os.path.join(workdir, "copy")
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = f"{dest}.copying-{gone.pid}"
+    live = f"{dest}.copying-{os.getpid()}"
+    for f in (stale, stale + ".bigbatch", live):
+        with open(f, "w") as fh:
+            fh.write("partial")
+    old = os.umask(0o077)
+    try:
+        r = copy(p, dest)
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    assert f"removed {stale}, left by a copy whose process {gone.pid} is gone" in r.stderr, r.stderr
+    assert not os.path.exists(stale) and not os.path.exists(stale + ".bigbatch") and os.path.exists(live)
+    assert os.stat(dest).st_mode & 0o777 == 0o666

@@ -151,6 +151,72 @@ static void in_process_checks(const char *pool)
     unlink(pool);
 }
 
+/* A range spanning three blocks from an unaligned start to an unaligned
+ * end marks exactly its bytes; a free of heap memory unmarks it, so that
+ * the allocator's own writes there are logged (a heap whose free-list links
+ * were dropped would be refused by MANGO_CHECK_HEAP=1 after a restart). */
+static void edge_and_free_checks(const char *pool)
+{
+    unlink(pool);
+    setenv("MANGO_CHECK_HEAP", "1", 1);
+    CHECK(start(pool, MANGO_PERSIST_EMULATED) == MANGO_FRESH);
+    char *base = big_area + 32 * 100; /* block-aligned: big_area is a large chunk's payload, 16-aligned */
+    base = (char *)(((uintptr_t)base + 31) & ~(uintptr_t)31);
+    CHECK(mango_scratch(base + 30, 40) == MANGO_OK); /* bytes 30..69: blocks 0 (30-31), 1, 2 (64-69) */
+    struct { int off, len; uint64_t logged, dropped; } cases[] = {
+        {29, 1, 1, 0}, {30, 1, 0, 1}, {30, 2, 0, 1}, {31, 2, 0, 2}, {32, 32, 0, 1}, {69, 1, 0, 1},
+        {70, 1, 1, 0}, {60, 12, 1, 1}, {29, 42, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        delta a, b;
+        snap(&a);
+        CHECK(mango_batch_begin() == MANGO_OK);
+        memset(base + cases[i].off, (int)i + 1, (size_t)cases[i].len);
+        mango_capture(base + cases[i].off, (size_t)cases[i].len);
+        CHECK(mango_batch_end() == MANGO_OK);
+        snap(&b);
+        bool ok = b.log_blocks - a.log_blocks == cases[i].logged && b.dropped - a.dropped == cases[i].dropped;
+        if (!ok)
+            printf("bytes %d..%d: logged %llu (want %llu), dropped %llu (want %llu)\n", cases[i].off,
+                   cases[i].off + cases[i].len - 1, (unsigned long long)(b.log_blocks - a.log_blocks),
+                   (unsigned long long)cases[i].logged, (unsigned long long)(b.dropped - a.dropped),
+                   (unsigned long long)cases[i].dropped);
+        CHECK(ok);
+    }
+
+    /* An object of its own (a chunk: its free writes links into it). */
+    CHECK(mango_batch_begin() == MANGO_OK);
+    char *obj = malloc(512);
+    memset(obj, 0xAB, 512); /* (logged: what a dropped free-list link would leave in the mirror) */
+    mango_capture(obj, 512);
+    st->pad[0] = (uint64_t)(uintptr_t)obj; /* reachable */
+    mango_capture(&st->pad[0], 8);
+    CHECK(mango_batch_end() == MANGO_OK);
+    CHECK(mango_scratch(obj, 512) == MANGO_OK);
+    void *in_obj[] = {obj + 64};
+    delta d = batch_writing(in_obj, 1, 1);
+    CHECK(d.log_blocks == 0 && d.dropped == 1);
+    delta a, b;
+    snap(&a);
+    CHECK(mango_batch_begin() == MANGO_OK);
+    free(obj);
+    st->pad[0] = 0;
+    mango_capture(&st->pad[0], 8);
+    CHECK(mango_batch_end() == MANGO_OK);
+    snap(&b);
+    printf("free of a scratch object: logged %llu blocks, dropped %llu\n",
+           (unsigned long long)(b.log_blocks - a.log_blocks), (unsigned long long)(b.dropped - a.dropped));
+    CHECK(b.dropped - a.dropped == 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    int rc = start(pool, MANGO_PERSIST_EMULATED); /* walks the heap first: the freed chunk's links */
+    if (rc != MANGO_RECOVERED)
+        printf("restart after the free: %d %s\n", rc, mango_last_error());
+    CHECK(rc == MANGO_RECOVERED);
+    CHECK(rc != MANGO_RECOVERED || mango_shutdown() == MANGO_OK);
+    unsetenv("MANGO_CHECK_HEAP");
+    unlink(pool);
+}
+
 /* ---- the kill loop ---- */
 
 static int open_marked(const char *mode, const char *pool, int want)
@@ -258,6 +324,7 @@ int main(int argc, char **argv)
     char pool[96];
     snprintf(pool, sizeof pool, "/dev/shm/mango-scratch-%d.pool", (int)getpid());
     in_process_checks(pool);
+    edge_and_free_checks(pool);
     kill_loop(pool, argc >= 3 && strcmp(argv[1], "kill") == 0 ? atoi(argv[2]) : 10);
     return check_report("test_scratch");
 }

@@ -14,6 +14,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <glob.h>
+#include <signal.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,18 +86,19 @@ typedef struct copy_job {
     uint64_t written;   /* bytes written (not holes) */
     uint64_t scanned;   /* bytes of data extents read */
     double last_report;
+    bool read_failed;   /* the error was the source's (else the copy's) */
 } copy_job;
 
 /* Copy the file open at in (size bytes, mode) to a new file tmp, sparse,
- * synced. 0, or an errno (tmp removed). */
+ * synced. 0, or an errno (tmp removed; j->read_failed says which side). */
 static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy_job *j)
 {
-    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode & 07777);
+    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0)
         return errno;
     int e = 0;
     char *buf = malloc(CHUNK);
-    if (!buf || ftruncate(out, (off_t)size) != 0)
+    if (!buf || fchmod(out, mode & 07777) != 0 || ftruncate(out, (off_t)size) != 0) /* (not the umask's) */
         e = buf ? errno : ENOMEM;
     for (uint64_t off = 0; !e && off < size;) {
         off_t data = lseek(in, (off_t)off, SEEK_DATA);
@@ -104,6 +107,7 @@ static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy
                 break; /* only a hole is left */
             if (errno != EINVAL) {
                 e = errno;
+                j->read_failed = true;
                 break;
             }
             data = (off_t)off; /* no SEEK_DATA here: read it all */
@@ -113,8 +117,11 @@ static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy
         for (uint64_t at = (uint64_t)data; !e && at < end;) {
             size_t n = end - at < CHUNK ? (size_t)(end - at) : CHUNK;
             ssize_t r = pread(in, buf, n, (off_t)at);
+            if (r < 0 && errno == EINTR)
+                continue;
             if (r <= 0) {
                 e = r < 0 ? errno : EIO; /* the file shrank under the lock: not a pool process */
+                j->read_failed = true;
                 break;
             }
             if (!all_zero(buf, (size_t)r)) {
@@ -167,10 +174,49 @@ static int sync_dir_of(const char *path)
     return e;
 }
 
-static bool exists(const char *path)
+/* 0 if path does not exist, else a message's errno (EEXIST: it exists). */
+static int existence(const char *path)
 {
     struct stat st;
-    return lstat(path, &st) == 0 || errno != ENOENT;
+    if (lstat(path, &st) == 0)
+        return EEXIST;
+    return errno == ENOENT ? 0 : errno;
+}
+
+/* Temporary files of this copy, removed if a signal stops it. */
+static char tmp[4200], tmp_big[4200];
+
+static void on_signal(int sig)
+{
+    unlink(tmp); /* async-signal-safe */
+    unlink(tmp_big);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* Remove DEST.copying-PID (and its big-batch file) left by a copy whose
+ * process is gone. */
+static void remove_abandoned(const char *dst)
+{
+    char pattern[4300];
+    snprintf(pattern, sizeof pattern, "%s.copying-*", dst);
+    glob_t g;
+    if (glob(pattern, GLOB_NOSORT, NULL, &g) != 0)
+        return;
+    size_t prefix = strlen(dst) + strlen(".copying-");
+    for (size_t i = 0; i < g.gl_pathc; i++) {
+        const char *digits = g.gl_pathv[i] + prefix;
+        char *end;
+        errno = 0;
+        long pid = strtol(digits, &end, 10);
+        if (digits[0] < '1' || digits[0] > '9' || errno || (*end && strcmp(end, ".bigbatch")) || pid > INT32_MAX)
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue; /* its copy is still running */
+        if (unlink(g.gl_pathv[i]) == 0)
+            fprintf(stderr, "mango copy: removed %s, left by a copy whose process %ld is gone\n", g.gl_pathv[i], pid);
+    }
+    globfree(&g);
 }
 
 int cmd_copy(int argc, char **argv)
@@ -193,16 +239,29 @@ int cmd_copy(int argc, char **argv)
         usage_error("copy", argc - optind < 2 ? "missing %s" : "unexpected argument '%s'",
                     argc - optind == 0 ? "POOL and DEST" : argc - optind == 1 ? "DEST" : argv[optind + 2]);
     const char *src = argv[optind], *dst = argv[optind + 1];
-    char dst_big[4200], tmp[4200], tmp_big[4200];
+    char dst_big[4200];
     if (snprintf(dst_big, sizeof dst_big, "%s.bigbatch", dst) >= (int)sizeof dst_big ||
         snprintf(tmp, sizeof tmp, "%s.copying-%d", dst, (int)getpid()) >= (int)sizeof tmp ||
         snprintf(tmp_big, sizeof tmp_big, "%s.bigbatch", tmp) >= (int)sizeof tmp_big)
         usage_error("copy", "DEST is too long");
-    if (exists(dst) || exists(dst_big)) {
-        fprintf(stderr, "mango copy: %s exists: nothing is replaced (remove it first, or choose another DEST)\n",
-                exists(dst) ? dst : dst_big);
-        return EXIT_USAGE;
+    const char *names[] = {dst, dst_big};
+    for (int i = 0; i < 2; i++) {
+        int e = existence(names[i]);
+        if (e == EEXIST) {
+            fprintf(stderr, "mango copy: %s exists: nothing is replaced (remove it first, or choose another "
+                            "DEST)\n", names[i]);
+            return EXIT_USAGE;
+        }
+        if (e) {
+            fprintf(stderr, "mango copy: %s: %s\n", names[i], strerror(e));
+            return EXIT_USAGE;
+        }
     }
+    remove_abandoned(dst);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
 
     pool p;
     int rc = pool_open(&p, src, 0, false);
@@ -222,7 +281,8 @@ int cmd_copy(int argc, char **argv)
     copy_job j = {.what = src, .progress = !quiet && isatty(2), .last_report = t0};
     int e = copy_sparse(p.fd, (uint64_t)st.st_size, st.st_mode, tmp, &j);
     if (e) {
-        fprintf(stderr, "%smango copy: cannot write %s: %s\n", j.progress ? "\n" : "", tmp, strerror(e));
+        fprintf(stderr, "%smango copy: cannot %s %s: %s\n", j.progress ? "\n" : "", j.read_failed ? "read" : "write",
+                j.read_failed ? src : tmp, strerror(e));
         pool_close(&p);
         return EXIT_USAGE;
     }
@@ -240,7 +300,8 @@ int cmd_copy(int argc, char **argv)
         e = errno;
     }
     if (e) {
-        fprintf(stderr, "%smango copy: cannot copy %s: %s\n", j.progress ? "\n" : "", p.big_batch_path, strerror(e));
+        fprintf(stderr, "%smango copy: cannot %s %s: %s\n", j.progress ? "\n" : "",
+                j.read_failed ? "read" : "write", j.read_failed ? p.big_batch_path : tmp_big, strerror(e));
         unlink(tmp);
         pool_close(&p);
         return EXIT_USAGE;
@@ -250,28 +311,33 @@ int cmd_copy(int argc, char **argv)
     if (check) {
         int cr = check_one(tmp, true, true); /* its problems on stderr, named by the temporary path */
         if (cr != EXIT_OK) {
-            fprintf(stderr, "mango copy: the copy of %s does not check (above); nothing was left at %s\n", src,
-                    dst);
+            fprintf(stderr, "mango copy: the copy of %s %s (above); nothing was left at %s\n", src,
+                    cr == EXIT_BAD ? "does not check" : "could not be checked", dst);
             unlink(tmp);
             unlink(tmp_big);
             pool_close(&p);
             return cr;
         }
     }
+    /* The big-batch file first: a DEST is never without the file it needs. */
     e = big ? pool_publish_no_replace(tmp_big, dst_big) : 0;
     if (!e) {
         e = pool_publish_no_replace(tmp, dst);
         if (e && big)
             unlink(dst_big);
     }
-    if (!e)
-        e = sync_dir_of(dst);
+    const char *why = e == EEXIST ? "it appeared while copying: nothing is replaced" : e ? strerror(e) : NULL;
+    int se = e ? 0 : sync_dir_of(dst);
+    if (se) { /* published, but the names may not survive a power failure: take them back */
+        why = strerror(se);
+        unlink(dst);
+        if (big)
+            unlink(dst_big);
+    }
     pool_close(&p);
-    if (e) {
-        if (e == EEXIST)
-            fprintf(stderr, "mango copy: %s appeared while copying: nothing is replaced\n", dst);
-        else
-            fprintf(stderr, "mango copy: cannot move the copy to %s: %s\n", dst, strerror(e));
+    if (why) {
+        fprintf(stderr, "mango copy: cannot %s %s: %s; nothing was left there\n", se ? "sync the directory of" : "move the copy to",
+                dst, why);
         unlink(tmp);
         unlink(tmp_big);
         return EXIT_USAGE;
