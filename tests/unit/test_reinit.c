@@ -10,23 +10,9 @@
 #include "mango.h"
 
 #include "check.h"
+#include "counter_state.h"
 #include "test_config.h"
 
-static uint64_t *counter; /* .bss, durable: points into the durable heap */
-
-static void init_state(void *arg)
-{
-    counter = malloc(sizeof *counter);
-    *counter = 0;
-    mango_capture(&counter, sizeof counter);
-    mango_capture(counter, sizeof *counter);
-}
-static bool is_ro(void *c) { return false; }
-static void bump(void *c)
-{
-    (*counter)++;
-    mango_capture(counter, sizeof *counter);
-}
 
 static int start(const char *pool)
 {

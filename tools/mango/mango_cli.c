@@ -649,22 +649,29 @@ int check_one(const char *path, bool quiet, bool walk_heap)
     return EXIT_OK;
 }
 
-static int cmd_check(int argc, char **argv)
+int parse_flags(int argc, char **argv, const char *cmd, const char *usage, const char *name, bool *quiet,
+                bool *flag)
 {
-    static const struct option lo[] = {
-        {"quiet", 0, 0, 'q'}, {"no-heap-walk", 0, 0, 'n'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    bool quiet = false, walk_heap = true;
+    const struct option lo[] = {{"quiet", 0, 0, 'q'}, {name, 0, 0, 'n'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int ch;
     opterr = 0;
     optind = 1;
     while ((ch = getopt_long(argc, argv, ":qnh", lo, NULL)) != -1) {
         switch (ch) {
-        case 'q': quiet = true; break;
-        case 'n': walk_heap = false; break;
-        case 'h': fputs(check_usage, stdout); exit(EXIT_OK);
-        default: usage_error("check", "unknown option '%s'", argv[optind - 1]);
+        case 'q': *quiet = true; break;
+        case 'n': *flag = true; break;
+        case 'h': fputs(usage, stdout); exit(EXIT_OK);
+        default: usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
         }
     }
+    return optind;
+}
+
+static int cmd_check(int argc, char **argv)
+{
+    bool quiet = false, no_walk = false;
+    optind = parse_flags(argc, argv, "check", check_usage, "no-heap-walk", &quiet, &no_walk);
+    bool walk_heap = !no_walk;
     if (optind >= argc)
         usage_error("check", "missing POOL");
     int worst = EXIT_OK;

@@ -16,6 +16,11 @@ void usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(pr
 int exit_code_for(int rc);
 /* v bytes as "1.5 GiB" into buf. */
 const char *human(uint64_t v, char *buf, size_t n);
+/* The options of check and copy: -q/--quiet and one more flag, -n/--NAME
+ * (their --help prints usage). Returns optind; exits on --help or an
+ * unknown option. */
+int parse_flags(int argc, char **argv, const char *cmd, const char *usage, const char *name, bool *quiet,
+                bool *flag);
 /* mango check of one pool: an exit status. */
 int check_one(const char *path, bool quiet, bool walk_heap);
 

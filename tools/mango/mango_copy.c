@@ -13,7 +13,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <glob.h>
 #include <signal.h>
 #include <libgen.h>
@@ -221,20 +220,9 @@ static void remove_abandoned(const char *dst)
 
 int cmd_copy(int argc, char **argv)
 {
-    static const struct option lo[] = {
-        {"quiet", 0, 0, 'q'}, {"no-check", 0, 0, 'n'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
-    bool quiet = false, check = true;
-    int ch;
-    opterr = 0;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, ":qnh", lo, NULL)) != -1) {
-        switch (ch) {
-        case 'q': quiet = true; break;
-        case 'n': check = false; break;
-        case 'h': fputs(copy_usage, stdout); exit(EXIT_OK);
-        default: usage_error("copy", "unknown option '%s'", argv[optind - 1]);
-        }
-    }
+    bool quiet = false, no_check = false;
+    optind = parse_flags(argc, argv, "copy", copy_usage, "no-check", &quiet, &no_check);
+    bool check = !no_check;
     if (argc - optind != 2)
         usage_error("copy", argc - optind < 2 ? "missing %s" : "unexpected argument '%s'",
                     argc - optind == 0 ? "POOL and DEST" : argc - optind == 1 ? "DEST" : argv[optind + 2]);
