@@ -391,7 +391,8 @@ void mango_capture(const void *addr, size_t len);
  * command does); not from a read-only command.
  *
  * MANGO_SCRATCH on a writable global or static of the executable (a static
- * local too) marks it at mango_init:
+ * local too) marks it at mango_init (in a shared library it marks nothing:
+ * only the executable's data is durable):
  *     static unsigned next_db MANGO_SCRATCH = 0;
  */
 int mango_scratch(const void *addr, size_t len);

@@ -33,7 +33,7 @@ typedef struct state {
 static state *st;                              /* .bss, durable */
 static uint64_t g_value;                       /* .bss, durable */
 static uint64_t g_cursor MANGO_SCRATCH = 7;    /* scratch from mango_init on */
-static char *big_area;                         /* 96 KiB in the durable heap */
+static char *big_area;                         /* 1 MiB in the durable heap */
 
 static void init_state(void *arg)
 {
@@ -41,7 +41,7 @@ static void init_state(void *arg)
     void *raw = malloc(sizeof(state) + 32);
     st = (state *)(((uintptr_t)raw + 31) & ~(uintptr_t)31);
     memset(st, 0, sizeof *st);
-    big_area = malloc(96 << 10);
+    big_area = malloc(1 << 20);
     mango_capture(&st, sizeof st);
     mango_capture(&big_area, sizeof big_area);
     mango_capture(st, sizeof *st);
@@ -127,6 +127,27 @@ static void in_process_checks(const char *pool)
     void *mixed[] = {&g_value, &g_cursor, &st->stat2};
     d = batch_writing(mixed, 3, 4);
     CHECK(d.log_blocks == 1 && d.dropped == 2 && d.scratch_batches == 0);
+    /* Beyond the primary set (the spill set) and beyond a log frame (a big
+     * batch, through the big-batch file): the scratch block written last is
+     * still dropped, every other block logged. */
+    for (int n = 3000; n <= 24000; n += 21000) {
+        delta a, b;
+        mango_stats s0, s1;
+        mango_get_stats(&s0);
+        snap(&a);
+        CHECK(mango_batch_begin() == MANGO_OK);
+        for (int k = 0; k < n; k++)
+            set(big_area + 32 * k, (uint64_t)k + 1);
+        set(&st->stat2, (uint64_t)n);
+        CHECK(mango_batch_end() == MANGO_OK);
+        snap(&b);
+        mango_get_stats(&s1);
+        printf("%d blocks and a scratch one: logged %llu, dropped %llu, big batches %llu\n", n,
+               (unsigned long long)(b.log_blocks - a.log_blocks), (unsigned long long)(b.dropped - a.dropped),
+               (unsigned long long)(s1.big_batches - s0.big_batches));
+        CHECK(b.log_blocks - a.log_blocks == (uint64_t)n && b.dropped - a.dropped == 1);
+        CHECK(s1.big_batches - s0.big_batches == (n > 10000)); /* 24 000 blocks: more than a frame of the 1 MiB log */
+    }
     /* A partly written scratch block: still only scratch bytes. */
     d = batch_writing((void *[]){(char *)&st->stat2 + 4}, 1, 5); /* writes bytes 4..11 of stat2 and the pad */
     CHECK(d.log_blocks == 1 && d.dropped == 0); /* 4 bytes past stat2 are not scratch */
@@ -160,7 +181,7 @@ static void edge_and_free_checks(const char *pool)
     unlink(pool);
     setenv("MANGO_CHECK_HEAP", "1", 1);
     CHECK(start(pool, MANGO_PERSIST_EMULATED) == MANGO_FRESH);
-    char *base = big_area + 32 * 100; /* block-aligned: big_area is a large chunk's payload, 16-aligned */
+    char *base = big_area + 32 * 100; /* big_area is a large chunk's payload, 16-aligned: */
     base = (char *)(((uintptr_t)base + 31) & ~(uintptr_t)31);
     CHECK(mango_scratch(base + 30, 40) == MANGO_OK); /* bytes 30..69: blocks 0 (30-31), 1, 2 (64-69) */
     struct { int off, len; uint64_t logged, dropped; } cases[] = {

@@ -237,7 +237,8 @@ int cmd_copy(int argc, char **argv)
         int e = existence(names[i]);
         if (e == EEXIST) {
             fprintf(stderr, "mango copy: %s exists: nothing is replaced (remove it first, or choose another "
-                            "DEST)\n", names[i]);
+                            "DEST)%s\n", names[i],
+                    i == 1 && existence(dst) == 0 ? "; a copy stopped between its two files leaves only this one" : "");
             return EXIT_USAGE;
         }
         if (e) {
