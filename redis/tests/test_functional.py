@@ -1031,6 +1031,51 @@ def test_bgsave_backs_up_a_busy_server(server_factory, mode):
     assert s.client(9).get("pop:19999").startswith(b"value:19999")
 
 
+def children_of(pid):
+    """The pids of pid's child processes (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(d))
+            except (OSError, IndexError, ValueError):
+                pass
+    return out
+
+
+def test_a_restart_does_not_wait_for_the_bgsave_child_of_a_killed_server(server_factory):
+    """A BGSAVE child outlives a server killed with -9 until its next report
+    to the parent fails (about a second; longer between reports). It used
+    to keep the pool locked all that time (its copies of the pool's mapping
+    and descriptor), so the restart was refused: "in use by another
+    process". The runtime's fork handler now drops them in the child, and a
+    restored heap is mapped through a descriptor that holds no lock: the
+    restart recovers at once, beside the child."""
+    s = server_factory("emulated")
+    assert s.client().execute_command("DEBUG", "POPULATE", 100000, "k", 100) in (b"OK", "OK", True)
+    s.restart("kill")  # the heap is now mapped from the pool file
+    r = s.client()
+    r.config_set("rdb-key-save-delay", 200)  # a slow child: 20 s for these keys
+    assert r.bgsave()
+    wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 1, what="BGSAVE to start")
+    children = children_of(s.proc.pid)
+    assert len(children) == 1, children
+    child = children[0]
+    try:
+        s.stop("kill")
+        alive = os.path.exists(f"/proc/{child}")
+        assert s.start() == "RECOVERED", s.logtext()[-1500:]
+        assert alive, "the child had ended before the restart: nothing was shown"
+        assert s.client().dbsize() == 100000
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.mark.parametrize("mode", ["emulated", "fs"])
 def test_a_stopped_servers_pool_copied_elsewhere_recovers(server_factory, mode):
     """Backing up a stopped server (docs/redis.md, "Backups"): its pool,

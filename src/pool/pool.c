@@ -412,6 +412,18 @@ void pool_close(pool *p)
     p->fd = -1;
 }
 
+void pool_forget_in_child(pool *p)
+{
+    if (p->base && p->base != MAP_FAILED)
+        munmap(p->base, p->size); /* the log's write-through pages lie inside it too */
+    if (p->writable && p->pd.wt_fd >= 0)
+        close(p->pd.wt_fd);
+    if (p->fd >= 0)
+        close(p->fd);
+    p->base = NULL;
+    p->fd = -1;
+}
+
 int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text)
 {
     if (p->hdr->fingerprint == fingerprint)

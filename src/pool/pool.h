@@ -59,6 +59,10 @@ int pool_publish_no_replace(const char *tmp, const char *path);
  * writable: lock exclusively and map read-write. */
 int pool_open(pool *p, const char *path, persist_mode mode, bool writable);
 void pool_close(pool *p);
+/* In a fork() child: drop this process's mapping and descriptors of the pool
+ * file without writing anything (no sync, no unlock: the lock belongs to
+ * the parent and goes with its last reference). Async-signal-safe. */
+void pool_forget_in_child(pool *p);
 
 /* Check the pool was written by a process with this layout. */
 int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text);

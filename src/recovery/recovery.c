@@ -3,6 +3,7 @@
 #include "recovery/recovery.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,8 +288,18 @@ static const char *restore_method(const pool *p, const pool_region *r)
 static int map_heap(pool *p, const pool_region *r, size_t full)
 {
     void *want = (void *)(uintptr_t)r->vaddr;
-    void *m = mmap(want, full, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE, p->fd,
-                   (off_t)r->mirror_offset);
+    /* Through an open file description of its own, not the locked one: a
+     * fork() child keeps the heap but drops every reference to the locked
+     * description (pool_forget_in_child), so that the pool's lock does not
+     * outlive the parent in a lingering child (a snapshot writer); the
+     * runtime keeps the lock itself while the heap is mapped (runtime.c). */
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", p->fd);
+    int fd = open(self, O_RDONLY | O_CLOEXEC);
+    void *m = mmap(want, full, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED | MAP_NORESERVE,
+                   fd >= 0 ? fd : p->fd, (off_t)r->mirror_offset);
+    if (fd >= 0)
+        close(fd);
     if (m == want)
         return 0;
     int e = errno;

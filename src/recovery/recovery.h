@@ -48,10 +48,12 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
  * write) over the reservation at the heap's address: O(1), pages fault in
  * when first touched, and a page is copied only when first written. Why that
  * is safe while the backend keeps writing the mirror, and what fork() needs,
- * is explained in recovery.c. The mapping holds a reference to the pool's
- * locked file description, so the pool stays locked while it exists (also
- * after pool_close); the caller must unmap it (and call
- * recovery_heap_unmapped) before opening the pool again.
+ * is explained in recovery.c. The mapping goes through an open file
+ * description of its own, which holds no lock: the caller keeps the pool
+ * locked while the mapping exists (also after pool_close, runtime.c's
+ * kept_lock_fd), and a fork() child, whose heap pages the fork handler made
+ * private, keeps no reference to the locked description. The caller must
+ * unmap it (and call recovery_heap_unmapped) before opening the pool again.
  *
  * The heap is copied instead (with `threads` copiers) when MANGO_RESTORE=copy
  * is set, in pmem mode, or when the kernel lacks MADV_POPULATE_WRITE (5.14+).

@@ -27,6 +27,7 @@
 #include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <pthread.h>
 
 #include "alloc/durable_heap.h"
@@ -99,6 +100,10 @@ static __thread uint64_t last_ticket_here;
  * still read its objects). A later mango_init in the same process replaces it. */
 static void *kept_heap;
 static size_t kept_heap_size;
+/* The pool's locked descriptor, kept open after mango_shutdown while
+ * kept_heap is a copy-on-write mapping of the pool file: no other process
+ * may write the file under it (recovery.h). -1: none. */
+static int kept_lock_fd = -1;
 
 void mango_config_default(mango_config *cfg)
 {
@@ -670,6 +675,9 @@ static int open_durable(const mango_config *cfg, int *status)
         munmap(kept_heap, kept_heap_size);
         recovery_heap_unmapped();
         kept_heap = NULL;
+        if (kept_lock_fd >= 0)
+            close(kept_lock_fd);
+        kept_lock_fd = -1;
     }
     rc = pool_open(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true);
     if (rc)
@@ -804,8 +812,17 @@ static _Atomic bool live;   /* from mango_init's success to the end of mango_shu
 
 static void on_fork_child(void)
 {
+    /* The pool's lock is the parent's: the child drops its references to the
+     * locked description (its heap pages are private since the fork handler
+     * of recovery.c), so that a child that outlives the parent (a snapshot
+     * writer after a crash) does not keep a restart out. */
+    if (kept_lock_fd >= 0)
+        close(kept_lock_fd);
+    kept_lock_fd = -1;
     if (!atomic_load(&live))
         return; /* no runtime in the parent: the child may open a pool of its own */
+    if (rt.durable)
+        pool_forget_in_child(&rt.pool);
     forked_child = true;
     batch_open_here = false; /* the forking thread's, the child's only thread */
     mango_capture_active = false;
@@ -1444,6 +1461,8 @@ int mango_shutdown(void)
     if (rt.durable) {
         rc = backend_stop(&rt.backend, atomic_load(&rt.failed) == 0);
         big_batch_writer_close(&rt.big);
+        if (rt.recovery.heap_bytes_mapped && kept_lock_fd < 0)
+            kept_lock_fd = fcntl(rt.pool.fd, F_DUPFD_CLOEXEC, 0); /* the lock outlives pool_close */
         /* Drained and marked clean: no frame names the big-batch file. */
         if (rc == MANGO_OK && atomic_load(&rt.failed) == 0)
             unlink(rt.pool.big_batch_path);

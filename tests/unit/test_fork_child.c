@@ -103,6 +103,36 @@ static int fork_child(bool by_exit)
     return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
 }
 
+/* Part 3's process: opens the pool (recovering it: its heap is then mapped
+ * from the pool file), forks a child that lingers 5 s, writes the child's
+ * pid to pidfile and dies at once. */
+static int parent_with_lingering_child(const char *mode, const char *pool, const char *pidfile)
+{
+    if (start(pool, test_mode_named(mode)) != MANGO_RECOVERED || mango_client_cmd(NULL) < 0)
+        return 2;
+    int ready[2];
+    if (pipe(ready) != 0)
+        return 3;
+    pid_t pid = fork();
+    if (pid == 0) { /* the fork handler has run by now: say so */
+        close(ready[0]);
+        if (write(ready[1], "r", 1) != 1)
+            _exit(1);
+        sleep(5);
+        _exit(0);
+    }
+    char c;
+    close(ready[1]);
+    if (read(ready[0], &c, 1) != 1) /* (the window before the handler: a parent dying in it leaves it) */
+        return 3;
+    FILE *f = fopen(pidfile, "w");
+    if (!f)
+        return 3;
+    fprintf(f, "%d\n", (int)pid);
+    fclose(f);
+    _exit(0); /* a crash, with the child still running */
+}
+
 /* Part 1's process: exit status 0, or what went wrong. */
 static int crashing_parent(const char *mode, const char *pool)
 {
@@ -142,6 +172,46 @@ static void crash_after_child(const char *self, const char *mode, const char *po
     unlink(pool);
 }
 
+/* Part 3: a child that outlives its parent (a snapshot writer after a
+ * crash) does not keep the pool locked: the restart opens it while the
+ * child runs. (Before, the child's copies of the pool's mapping and
+ * descriptor kept the lock: "in use by another process" until it exited.) */
+static void restart_beside_lingering_child(const char *self, const char *mode, const char *pool)
+{
+    unlink(pool);
+    CHECK(start(pool, test_mode_named(mode)) == MANGO_FRESH); /* a pool to recover, with its heap mapped */
+    CHECK(mango_client_cmd(NULL) >= 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    char pidfile[128];
+    snprintf(pidfile, sizeof pidfile, "%s.child", pool);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, "test_fork_child", "linger", mode, pool, pidfile, (char *)NULL);
+        _exit(127);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    int child = 0;
+    FILE *f = fopen(pidfile, "r");
+    CHECK(f && fscanf(f, "%d", &child) == 1 && child > 0);
+    if (f)
+        fclose(f);
+    unlink(pidfile);
+    bool alive = child > 0 && kill(child, 0) == 0;
+    int rc = start(pool, test_mode_named(mode));
+    printf("%s: restart while the dead process's child %s: %d %s\n", mode, alive ? "runs" : "had ended", rc,
+           rc < 0 ? mango_last_error() : "");
+    CHECK(alive);
+    CHECK(rc == MANGO_RECOVERED);
+    CHECK(rc != MANGO_RECOVERED || *counter == 2);
+    if (rc == MANGO_RECOVERED)
+        CHECK(mango_shutdown() == MANGO_OK);
+    if (child > 0)
+        kill(child, SIGKILL);
+    unlink(pool);
+}
+
 static void parent_goes_on(const char *mode, const char *pool)
 {
     unlink(pool);
@@ -169,12 +239,15 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc >= 4 && strcmp(argv[1], "parent") == 0)
         return crashing_parent(argv[2], argv[3]);
+    if (argc >= 5 && strcmp(argv[1], "linger") == 0)
+        return parent_with_lingering_child(argv[2], argv[3], argv[4]);
     const char *modes[] = {"emulated", "fs"};
     for (int i = 0; i < 2; i++) {
         char pool[96];
         snprintf(pool, sizeof pool, "%s/mango-fork-%d.pool", i ? "/var/tmp" : "/dev/shm", (int)getpid());
         crash_after_child("/proc/self/exe", modes[i], pool);
         parent_goes_on(modes[i], pool);
+        restart_beside_lingering_child("/proc/self/exe", modes[i], pool);
     }
     return check_report("test_fork_child");
 }
