@@ -416,7 +416,7 @@ void pool_forget_in_child(pool *p)
 {
     if (p->base && p->base != MAP_FAILED)
         munmap(p->base, p->size); /* the log's write-through pages lie inside it too */
-    if (p->writable && p->pd.wt_fd >= 0)
+    if (p->writable && p->pd.wt_hi) /* (wt_fd is set only with a write-through range) */
         close(p->pd.wt_fd);
     if (p->fd >= 0)
         close(p->fd);

@@ -14,6 +14,7 @@
  * 999 would be the child's frame (before the guard, the child committed it
  * and then hung). Part 2: the parent of such children goes on, and
  * recovery finds what it committed. */
+#include <fcntl.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -70,6 +71,10 @@ static void child_calls(void)
     refused(mango_rpc_stop(), "mango_rpc_stop");
     if (mango_batch_open()) { /* the parent's batch is not the child's */
         fprintf(stderr, "child: mango_batch_open() is true\n");
+        bad++;
+    }
+    if (fcntl(0, F_GETFD) == -1) { /* the handler closes the pool's descriptors, nothing else */
+        fprintf(stderr, "child: descriptor 0 was closed\n");
         bad++;
     }
 }
@@ -237,6 +242,8 @@ static void parent_goes_on(const char *mode, const char *pool)
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (fcntl(0, F_GETFD) == -1 && open("/dev/null", O_RDONLY) != 0) /* (children check it stays open) */
+        return check_report("test_fork_child: no descriptor 0");
     if (argc >= 4 && strcmp(argv[1], "parent") == 0)
         return crashing_parent(argv[2], argv[3]);
     if (argc >= 5 && strcmp(argv[1], "linger") == 0)
