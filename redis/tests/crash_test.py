@@ -55,9 +55,11 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 
@@ -114,6 +116,25 @@ class Server:
         if self.proc:
             self.proc.wait()
         self.proc = None
+
+
+def bgsaves(port, every_s, stop, counts):
+    """Send BGSAVE every every_s seconds until stop is set (the server's
+    kill ends it). Each child is slowed to 20 ms a key (rdb-key-save-delay),
+    so that kills land while one writes the snapshot: it must neither write
+    the pool nor keep the restart out (it outlives the server by up to a
+    second)."""
+    def command(*words):
+        msg = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(msg)
+            return s.recv(256)
+    try:
+        command(b"CONFIG", b"SET", b"rdb-key-save-delay", b"20000")
+        while not stop.wait(every_s):
+            counts["started" if command(b"BGSAVE").startswith(b"+") else "refused"] += 1
+    except OSError:
+        return
 
 
 HKEY_HASH, HKEY_PAIR, HKEY_TTL = 1000, 20000, 30000
@@ -619,6 +640,8 @@ def main():
     ap.add_argument("--work", help="work folder (default: a new one under /tmp, removed on success)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--bgsave-ms", type=int, default=0,
+                    help="send BGSAVE every N ms during each round (0: never): kills land during fork children")
     args = ap.parse_args()
     for b in (args.server, args.clients):
         if not os.access(b, os.X_OK):
@@ -631,8 +654,8 @@ def main():
         work = args.work
         os.makedirs(work, exist_ok=True)
         shutil.rmtree(os.path.join(work, "history"), ignore_errors=True)
-        for f in glob.glob(os.path.join(work, "server-*.log")):
-            os.unlink(f)
+        for f in glob.glob(os.path.join(work, "server-*.log")) + glob.glob(os.path.join(work, "*.rdb")):
+            os.unlink(f)  # (an earlier run's BGSAVE file would be imported by the new pool)
     else:
         work = tempfile.mkdtemp(prefix="mango-redis-crash.")
     hist = os.path.join(work, "history")
@@ -660,6 +683,7 @@ def main():
     lost = 0
     ops = 0
     startup_kills = startup_kills_unfinished = 0
+    bgsave_counts = {"started": 0, "refused": 0}
     bad_replies = 0
     t_start = time.monotonic()
     kill_wall = None
@@ -686,8 +710,17 @@ def main():
                                    "--seed", str(rng.randrange(1 << 62))],
                                   stdout=subprocess.PIPE, text=True)
             delay = rng.uniform(args.min_ms, args.max_ms) / 1000
+            saver_stop = threading.Event()
+            saver = None
+            if args.bgsave_ms:
+                saver = threading.Thread(target=bgsaves, args=(server.port, args.bgsave_ms / 1000, saver_stop,
+                                                              bgsave_counts))
+                saver.start()
             time.sleep(delay)
             server.kill()
+            saver_stop.set()
+            if saver:
+                saver.join()
             kill_wall = time.time()
             try:
                 out, _ = cl.communicate(timeout=60)
@@ -724,7 +757,9 @@ def main():
         f"({startup_kills_unfinished} before recovery finished), logs in {hist}")
     log("acknowledged writes by kind: " + " ".join(f"{k}={v}" for k, v in sorted(model.kinds.items())) +
         f"; checked after restarts: {model.checked['ttl']} TTLs, {model.checked['short']} short-TTL keys, "
-        f"{model.checked['list_elems']} list elements, {model.checked['queue_elems']} queue elements")
+        f"{model.checked['list_elems']} list elements, {model.checked['queue_elems']} queue elements" +
+        (f"; BGSAVEs started {bgsave_counts['started']}, refused (one running) {bgsave_counts['refused']}"
+         if args.bgsave_ms else ""))
     print(f"rounds={args.rounds} acked={model.acked} lost={lost} linearizable={lin} bad_replies={bad_replies}",
           flush=True)
     if ok and not args.keep and not args.work:
