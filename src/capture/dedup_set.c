@@ -5,14 +5,6 @@
 #include <string.h>
 #include <sys/mman.h>
 
-static inline uint32_t block_mask(uintptr_t block, uintptr_t lo, uintptr_t hi)
-{
-    uintptr_t a = lo > block ? lo - block : 0;
-    uintptr_t b = hi < block + DEDUP_BLOCK ? hi - block : DEDUP_BLOCK;
-    uint64_t m = ((1ull << b) - 1) & ~((1ull << a) - 1);
-    return (uint32_t)m;
-}
-
 static void spill_free(struct dedup_spill *sp);
 static void ranges_free(dedup_set *s);
 
@@ -39,7 +31,7 @@ void dedup_add_range(dedup_set *s, uintptr_t addr, size_t len)
     uintptr_t hi = addr + len;
     uintptr_t b = addr & ~(uintptr_t)(DEDUP_BLOCK - 1);
     for (; b < hi; b += DEDUP_BLOCK)
-        dedup_add_block(s, b, block_mask(b, addr, hi));
+        dedup_add_block(s, b, dedup_block_mask(b, addr, hi));
 }
 
 void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len)
@@ -48,7 +40,7 @@ void dedup_add_range_nodedup(dedup_set *s, uintptr_t addr, size_t len)
         return;
     uintptr_t hi = addr + len;
     for (uintptr_t b = addr & ~(uintptr_t)(DEDUP_BLOCK - 1); b < hi; b += DEDUP_BLOCK)
-        dedup_append_nodedup(s, b, block_mask(b, addr, hi));
+        dedup_append_nodedup(s, b, dedup_block_mask(b, addr, hi));
 }
 
 /* The spill set's memory comes from mmap: the runtime interposes malloc. */

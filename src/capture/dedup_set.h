@@ -42,6 +42,14 @@
 #define DEDUP_RANGE_SLOTS(len) (1u + ((uint64_t)(len) + 47u) / 48u)
 #define DEDUP_HASH(block) ((uint32_t)(((uint64_t)(block) >> 5) * 0x9E3779B1u) & (DEDUP_SLOTS - 1))
 
+/* The mask of the bytes of block that [lo, hi) covers. */
+static inline uint32_t dedup_block_mask(uintptr_t block, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t a = lo > block ? lo - block : 0;
+    uintptr_t b = hi < block + DEDUP_BLOCK ? hi - block : DEDUP_BLOCK;
+    return (uint32_t)(((1ull << b) - 1) & ~((1ull << a) - 1));
+}
+
 typedef struct dedup_overflow_chunk {
     struct dedup_overflow_chunk *next;
     uint32_t n;

@@ -25,13 +25,6 @@ static uint32_t find(uintptr_t block)
     return i;
 }
 
-static inline uint32_t bytes_mask(uintptr_t block, uintptr_t lo, uintptr_t hi)
-{
-    uintptr_t a = lo > block ? lo - block : 0;
-    uintptr_t b = hi < block + DEDUP_BLOCK ? hi - block : DEDUP_BLOCK;
-    return (uint32_t)(((1ull << b) - 1) & ~((1ull << a) - 1));
-}
-
 int scratch_add(uintptr_t addr, size_t len, bool in_heap)
 {
     if (len == 0)
@@ -57,7 +50,7 @@ int scratch_add(uintptr_t addr, size_t len, bool in_heap)
             mask[i] = 0;
             used++;
         }
-        mask[i] |= bytes_mask(b, addr, hi);
+        mask[i] |= dedup_block_mask(b, addr, hi);
     }
     return MANGO_OK;
 }
@@ -73,12 +66,8 @@ void scratch_reset(void)
 /* The scratch mask of block, 0 if it has none. */
 static uint32_t scratch_of(uintptr_t block)
 {
-    for (uint32_t i = slot_of(block);; i = (i + 1) & (SCRATCH_SLOTS - 1)) {
-        if (key[i] == block)
-            return mask[i];
-        if (key[i] == 0)
-            return 0;
-    }
+    uint32_t i = find(block);
+    return key[i] ? mask[i] : 0;
 }
 
 /* Clear the scratch bits of [lo, hi) in block's entry, if it has one. (An
@@ -87,7 +76,7 @@ static uint32_t scratch_of(uintptr_t block)
 static void unmark(uint32_t i, uintptr_t lo, uintptr_t hi)
 {
     if (key[i] && key[i] < hi && key[i] + DEDUP_BLOCK > lo)
-        mask[i] &= ~bytes_mask(key[i], lo, hi);
+        mask[i] &= ~dedup_block_mask(key[i], lo, hi);
 }
 
 void scratch_unmark_heap(uintptr_t lo, uintptr_t hi)
@@ -101,11 +90,7 @@ void scratch_unmark_heap(uintptr_t lo, uintptr_t hi)
         return;
     }
     for (uintptr_t b = first; b < hi; b += DEDUP_BLOCK)
-        for (uint32_t i = slot_of(b); key[i]; i = (i + 1) & (SCRATCH_SLOTS - 1))
-            if (key[i] == b) {
-                unmark(i, lo, hi);
-                break;
-            }
+        unmark(find(b), lo, hi); /* (an empty slot: nothing to clear) */
 }
 
 static bool all_scratch(void *arg, uintptr_t block, uint32_t written)

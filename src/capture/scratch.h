@@ -8,9 +8,10 @@
  * written non-scratch byte is logged whole, as always.
  *
  * The table maps a 32-byte block address to the mask of its scratch bytes
- * (open addressing, fixed size). It is written by mango_scratch() (on the
- * thread that runs batches, or before any batch) and read at batch end by
- * the thread holding the write side. mango.h states the contract.
+ * (open addressing, fixed size). It is read and written only by the thread
+ * holding the write side: mango_scratch() (which takes it when called
+ * outside a batch), the heap's free hook, and batch ends. mango.h states
+ * the contract.
  */
 #ifndef MANGO_SCRATCH_H
 #define MANGO_SCRATCH_H
@@ -34,8 +35,6 @@ int scratch_add(uintptr_t addr, size_t len, bool in_heap);
 void scratch_unmark_heap(uintptr_t lo, uintptr_t hi);
 /* Forget every range (mango_shutdown, so a later mango_init starts empty). */
 void scratch_reset(void);
-/* Blocks with scratch bytes. */
-unsigned scratch_blocks(void);
 /* Drop from s the blocks whose written bytes are all scratch; returns how
  * many (0 at once when nothing is scratch). */
 uint64_t scratch_drop(dedup_set *s);

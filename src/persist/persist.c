@@ -579,7 +579,7 @@ int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, con
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
 {
     (void)where;
-    if (msync(base, len, MS_SYNC) != 0 || fsync(fd) != 0)
+    if ((base && msync(base, len, MS_SYNC) != 0) || fsync(fd) != 0)
         return -errno;
     return 0;
 }

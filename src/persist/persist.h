@@ -140,7 +140,8 @@ int persist_stage_file(const persist_domain *d, int *fd);
  * the file durable, then (after its rename) its directory entry. Not seen by
  * the observer nor counted: creation is atomic by the rename, and a crash
  * before the directory sync only loses a pool that acknowledged nothing yet.
- * 0 or -errno. */
+ * 0 or -errno. base NULL: a file written with write(), no mapping (`mango
+ * copy`'s copies). */
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where);
 int persist_sync_directory(const char *dir, const char *where);
 

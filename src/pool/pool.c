@@ -71,15 +71,19 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
     return MANGO_OK;
 }
 
-/* A creation killed before its rename leaves "<pool>.tmp.<pid>", as large as
- * the pool. Remove the ones of this pool whose process is gone and whose file
- * nobody holds locked (a creator locks its file at once; the lock also covers
- * a creator in another PID namespace, which kill() cannot see). Best effort:
- * a file that cannot be examined is left alone. */
-static void remove_abandoned_creations(const char *dir, const char *base)
+/* pool.h. Whose process is gone, and whose file nobody holds locked (a
+ * creator locks its file at once; the lock also covers a creator in another
+ * PID namespace, which kill() cannot see). Best effort: a file that cannot
+ * be examined is left alone. */
+void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn removed)
 {
-    char prefix[4096 + 8];
-    size_t plen = (size_t)snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    /* The directory and file name (libgen's functions may write to their
+     * argument: each gets its own copy). */
+    char dirbuf[4096], basebuf[4096], prefix[4096 + 32];
+    snprintf(dirbuf, sizeof dirbuf, "%s", path);
+    snprintf(basebuf, sizeof basebuf, "%s", path);
+    const char *dir = dirname(dirbuf);
+    size_t plen = (size_t)snprintf(prefix, sizeof prefix, "%s%s", basename(basebuf), tag);
     if (plen >= sizeof prefix)
         return;
     DIR *d = opendir(dir);
@@ -93,7 +97,7 @@ static void remove_abandoned_creations(const char *dir, const char *base)
         char *end;
         errno = 0;
         long pid = strtol(digits, &end, 10);
-        if (digits[0] < '1' || digits[0] > '9' || *end || errno || pid > INT32_MAX)
+        if (digits[0] < '1' || digits[0] > '9' || (*end && strcmp(end, ".bigbatch")) || errno || pid > INT32_MAX)
             continue;
         if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
             continue;
@@ -102,12 +106,20 @@ static void remove_abandoned_creations(const char *dir, const char *base)
             continue;
         struct stat st;
         if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && flock(fd, LOCK_EX | LOCK_NB) == 0 &&
-            unlinkat(dirfd(d), e->d_name, 0) == 0)
-            fprintf(stderr, "mangosteen: removed %s/%s (%lld bytes), left by a pool creation whose process %ld is gone\n",
-                    dir, e->d_name, (long long)st.st_size, pid);
+            unlinkat(dirfd(d), e->d_name, 0) == 0) {
+            char file[4096 + 256];
+            snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+            removed(file, pid, (long long)st.st_size);
+        }
         close(fd);
     }
     closedir(d);
+}
+
+static void creation_removed(const char *file, long pid, long long bytes)
+{
+    fprintf(stderr, "mangosteen: removed %s (%lld bytes), left by a pool creation whose process %ld is gone\n",
+            file, bytes, pid);
 }
 
 /* pool.h. (pool_create: another process may have created the pool
@@ -163,18 +175,15 @@ int pool_create(const char *path, const pool_create_params *pp)
     char tmp[4096];
     if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= sizeof tmp)
         return mango_error(MANGO_EINVAL, "pool path too long");
-    /* The pool's directory and file name (libgen's functions may write to
-     * their argument: each gets its own copy). */
-    char dirbuf[4096], basebuf[4096];
+    pool_remove_abandoned(path, ".tmp.", creation_removed);
+    char dirbuf[4096]; /* (dirname may write to its argument) */
     snprintf(dirbuf, sizeof dirbuf, "%s", path);
-    snprintf(basebuf, sizeof basebuf, "%s", path);
     const char *dir = dirname(dirbuf);
-    remove_abandoned_creations(dir, basename(basebuf));
     int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot create %s: %s", tmp,
                            strerror(errno));
-    /* Held until the file is renamed: tells remove_abandoned_creations()
+    /* Held until the file is renamed: tells pool_remove_abandoned()
      * of other processes that this creation is alive. */
     flock(fd, LOCK_EX | LOCK_NB);
     int rc = MANGO_OK;

@@ -50,6 +50,12 @@ typedef struct pool_create_params {
  * another process creates it meanwhile: a pool is never replaced). Built in a
  * temporary file and renamed into place, so a crash never leaves half a pool. */
 int pool_create(const char *path, const pool_create_params *params);
+/* A creation (tag ".tmp.") or a `mango copy` (".copying-") killed before its
+ * rename leaves "<path><tag><pid>", and "<path><tag><pid>.bigbatch", as
+ * large as a pool: remove those of path whose process is gone, calling
+ * removed(file, pid, bytes) for each. */
+typedef void (*pool_removed_fn)(const char *file, long pid, long long bytes);
+void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn removed);
 /* Move a finished temporary file tmp to path unless path exists
  * (renameat2 RENAME_NOREPLACE, or a hard link where the file system lacks
  * it). 0, or an errno (EEXIST: path exists; tmp is left in place). */

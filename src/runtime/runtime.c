@@ -373,7 +373,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
     dedup_merge_ranges(rt.set);
-    uint64_t scratch = scratch_drop(rt.set); /* blocks only scratch bytes of were written */
+    uint64_t scratch = scratch_drop(rt.set); /* blocks whose written bytes are all scratch */
     rt.scratch_blocks += scratch;
     uint64_t n = dedup_log_slots(rt.set) + n_zero;
     if (n == 0) {
@@ -837,7 +837,6 @@ static int refused_in_child(const char *what)
 
 /* ---- scratch memory (capture/scratch.h) ---- */
 
-/* Is [lo, hi) inside one durable range? */
 /* The index of the durable range [lo, hi) lies in (0: the durable heap), or
  * -1 if none holds it whole. */
 static int durable_range_of(uintptr_t lo, uintptr_t hi)
@@ -1051,7 +1050,6 @@ int runtime_submit(void *ctx, uint64_t *ticket, bool may_wait)
         mango_error_adopt_fatal(); /* the combiner that failed was another thread */
     return rc;
 }
-
 
 int mango_batch_begin(void)
 {

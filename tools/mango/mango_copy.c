@@ -13,7 +13,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <signal.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -25,6 +24,7 @@
 
 #include "mango.h"
 #include "mango_cli.h"
+#include "persist/persist.h"
 #include "pool/pool.h"
 #include "runtime/error.h"
 
@@ -88,11 +88,11 @@ typedef struct copy_job {
     bool read_failed;   /* the error was the source's (else the copy's) */
 } copy_job;
 
-/* Copy the file open at in (size bytes, mode) to a new file tmp, sparse,
- * synced. 0, or an errno (tmp removed; j->read_failed says which side). */
-static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy_job *j)
+/* Copy the file open at in (size bytes, mode) to a new file path, sparse,
+ * synced. 0, or an errno (path removed; j->read_failed says which side). */
+static int copy_sparse(int in, uint64_t size, mode_t mode, const char *path, copy_job *j)
 {
-    int out = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    int out = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0)
         return errno;
     int e = 0;
@@ -149,28 +149,21 @@ static int copy_sparse(int in, uint64_t size, mode_t mode, const char *tmp, copy
         off = end;
     }
     free(buf);
-    if (!e && fsync(out) != 0)
-        e = errno;
+    if (!e)
+        e = -persist_sync_new_file(NULL, 0, out, "copy.sync");
     if (close(out) != 0 && !e)
         e = errno;
     if (e)
-        unlink(tmp);
+        unlink(path);
     return e;
 }
 
 /* Sync the directory holding path, so that renames into it are durable. */
 static int sync_dir_of(const char *path)
 {
-    char *d = strdup(path);
-    if (!d)
-        return ENOMEM;
-    int fd = open(dirname(d), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    free(d);
-    if (fd < 0)
-        return errno;
-    int e = fsync(fd) == 0 ? 0 : errno;
-    close(fd);
-    return e;
+    char d[4200];
+    snprintf(d, sizeof d, "%s", path); /* (dirname may write to its argument) */
+    return -persist_sync_directory(dirname(d), "copy.dir_sync");
 }
 
 /* 0 if path does not exist, else a message's errno (EEXIST: it exists). */
@@ -193,29 +186,10 @@ static void on_signal(int sig)
     raise(sig);
 }
 
-/* Remove DEST.copying-PID (and its big-batch file) left by a copy whose
- * process is gone. */
-static void remove_abandoned(const char *dst)
+static void copy_removed(const char *file, long pid, long long bytes)
 {
-    char pattern[4300];
-    snprintf(pattern, sizeof pattern, "%s.copying-*", dst);
-    glob_t g;
-    if (glob(pattern, GLOB_NOSORT, NULL, &g) != 0)
-        return;
-    size_t prefix = strlen(dst) + strlen(".copying-");
-    for (size_t i = 0; i < g.gl_pathc; i++) {
-        const char *digits = g.gl_pathv[i] + prefix;
-        char *end;
-        errno = 0;
-        long pid = strtol(digits, &end, 10);
-        if (digits[0] < '1' || digits[0] > '9' || errno || (*end && strcmp(end, ".bigbatch")) || pid > INT32_MAX)
-            continue;
-        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-            continue; /* its copy is still running */
-        if (unlink(g.gl_pathv[i]) == 0)
-            fprintf(stderr, "mango copy: removed %s, left by a copy whose process %ld is gone\n", g.gl_pathv[i], pid);
-    }
-    globfree(&g);
+    (void)bytes;
+    fprintf(stderr, "mango copy: removed %s, left by a copy whose process %ld is gone\n", file, pid);
 }
 
 int cmd_copy(int argc, char **argv)
@@ -246,7 +220,7 @@ int cmd_copy(int argc, char **argv)
             return EXIT_USAGE;
         }
     }
-    remove_abandoned(dst);
+    pool_remove_abandoned(dst, ".copying-", copy_removed); /* DEST.copying-PID[.bigbatch] */
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
