@@ -2,7 +2,8 @@
  * binary again as `ARGV0 child MODE POOL FD`, a child that writes each value
  * it saw acknowledged (a uint64_t) to the pipe FD, SIGKILL it after a random
  * min_ms .. min_ms + spread_ms milliseconds, and collect what it reported.
- * Shared by test_batch_submit.c and test_big_batch.c. */
+ * Shared by test_batch_submit.c and test_big_batch.c. kill_child_run: run
+ * it again as `ARGV0 A1 A2 A3 A4` and wait (a verify step, say). */
 #ifndef MANGO_TEST_KILL_CHILD_H
 #define MANGO_TEST_KILL_CHILD_H
 
@@ -44,6 +45,20 @@ static bool kill_child_round(const char *argv0, const char *mode, const char *po
     int status;
     waitpid(pid, &status, 0);
     return WIFSIGNALED(status);
+}
+
+/* The exit status of `ARGV0 A1 A2 A3 A4` (this binary), or 128 + the signal
+ * that ended it. */
+static inline int kill_child_run(const char *argv0, const char *a1, const char *a2, const char *a3, const char *a4)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/proc/self/exe", argv0, a1, a2, a3, a4, (char *)NULL);
+        _exit(127);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 #endif

@@ -366,14 +366,7 @@ static int child_main(const char *mode, const char *pool, int fd)
 
 static int run_self(const char *a1, const char *a2, const char *a3, const char *a4)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/proc/self/exe", "test_bulk_load", a1, a2, a3, a4, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return kill_child_run("test_bulk_load", a1, a2, a3, a4);
 }
 
 static void remove_pool(const char *pool)

@@ -304,18 +304,6 @@ static int verify(const char *mode, const char *pool, uint64_t acked)
     return ok ? 0 : 1;
 }
 
-static int run_self(const char *a1, const char *a2, const char *a3, const char *a4)
-{
-    pid_t pid = fork();
-    if (pid == 0) {
-        execl("/proc/self/exe", "test_scratch", a1, a2, a3, a4, (char *)NULL);
-        _exit(127);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
 static void kill_loop(const char *pool, int rounds)
 {
     unlink(pool);
@@ -326,7 +314,7 @@ static void kill_loop(const char *pool, int rounds)
         bad += !kill_child_round("test_scratch", "sim", pool, 20, 150, &acked);
         char txt[32];
         snprintf(txt, sizeof txt, "%llu", (unsigned long long)acked);
-        lost += run_self("verify", "sim", pool, txt) != 0;
+        lost += kill_child_run("test_scratch", "verify", "sim", pool, txt) != 0;
     }
     printf("kill loop (sim): rounds=%d acked=%llu lost=%d\n", rounds, (unsigned long long)acked, lost);
     CHECK(bad == 0);
