@@ -398,6 +398,38 @@ void mango_capture(const void *addr, size_t len);
 int mango_scratch(const void *addr, size_t len);
 #define MANGO_SCRATCH __attribute__((section("mango_scratch_globals"), used))
 
+/* Snapshot: an online backup. Writes a new pool at path holding the durable
+ * state as it is at one point between batches, while the application goes
+ * on: the write side is held only to wait until every batch so far is
+ * durable and applied to the mirror, and to fork() a writer process; the
+ * writer copies the durable heap (up to the allocator's top) and the
+ * executable's durable data from its copy-on-write image, syncs the new
+ * pool and only then gives it its name (a crash or a killed writer leaves
+ * nothing at path). The call returns when the snapshot is durable.
+ *
+ * The snapshot has the pool's size, log size, heap address and layout
+ * fingerprint; mango_init with it as the pool path recovers it
+ * (MANGO_RECOVERED) as if the process had been shut down cleanly at that
+ * point. Copy it as any file; it is not in use. Like a fork-based save, it
+ * holds the memory as it is, so a store made outside batches to durable
+ * memory (which recovery from the pool would not see) is in it.
+ *
+ * Errors: MANGO_EEXIST if path exists (nothing is ever replaced);
+ * MANGO_EINVAL before mango_init, without a durable mode, inside a batch
+ * or read-write command (call it outside any: it waits for the write side
+ * as a read-write command does; never from a read-only command), or in a
+ * fork() child; MANGO_EIO/MANGO_ENOMEM if the writer cannot be started or
+ * fails (its message says why; nothing is left at path). info (may be
+ * NULL) gets the heap bytes copied, how long the write side was held and
+ * the whole call's time. The heap's bytes are also written to disk once,
+ * so leave room for a pool's size at path. */
+typedef struct mango_snapshot_info {
+    uint64_t heap_bytes;  /* the durable heap's extent copied */
+    double pause_seconds; /* the write side held: wait for durability and the mirror, fork */
+    double seconds;       /* the whole call */
+} mango_snapshot_info;
+int mango_snapshot(const char *path, mango_snapshot_info *info);
+
 /* ABI for the mango-cc compiler plugin: true on a thread while it runs a
  * read-write batch. Instrumented stores test it inline and call
  * mango_capture() only when it is set. */

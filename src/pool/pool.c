@@ -75,6 +75,26 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
  * creator locks its file at once; the lock also covers a creator in another
  * PID namespace, which kill() cannot see). Best effort: a file that cannot
  * be examined is left alone. */
+/* No such process, or only its exit status is left (a zombie: a writer
+ * killed with its parent stays one until its new parent reaps it). */
+static bool process_gone(pid_t pid)
+{
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return false;
+    buf[n] = 0;
+    const char *close_paren = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+    return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
+}
+
 void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn removed)
 {
     /* The directory and file name (libgen's functions may write to their
@@ -99,7 +119,7 @@ void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn re
         long pid = strtol(digits, &end, 10);
         if (digits[0] < '1' || digits[0] > '9' || (*end && strcmp(end, ".bigbatch")) || errno || pid > INT32_MAX)
             continue;
-        if (pid == getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        if (pid == getpid() || !process_gone((pid_t)pid))
             continue;
         int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
@@ -238,6 +258,10 @@ int pool_create(const char *path, const pool_create_params *pp)
     h->region_table_crc = crc32c(0, regs, sizeof(pool_region) * n);
     snprintf(h->fingerprint_text, sizeof h->fingerprint_text, "%s", pp->fingerprint_text);
     h->header_crc = header_crc(h);
+    if (pp->fill && (rc = pp->fill(pp->fill_arg, base, regs, n)) != MANGO_OK) {
+        munmap(base, pool_size);
+        goto fail;
+    }
 
     int e = persist_sync_new_file(base, pool_size, fd, "pool.create_sync");
     if (e != 0) {

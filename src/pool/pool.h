@@ -44,6 +44,12 @@ typedef struct pool_create_params {
     uint64_t data_size[POOL_MAX_REGIONS - 1];
     uint64_t fingerprint;
     const char *fingerprint_text;
+    /* Optional: fill the new pool's region mirrors before it is synced and
+     * given its name (a snapshot, snapshot/snapshot.h). base maps the whole
+     * new file; regs are its n regions. MANGO_OK, or an error (nothing is
+     * left at path). */
+    int (*fill)(void *arg, char *base, const pool_region *regs, unsigned n);
+    void *fill_arg;
 } pool_create_params;
 
 /* Create a new pool at path (fails with MANGO_EEXIST if it exists, also when

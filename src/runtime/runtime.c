@@ -47,6 +47,7 @@
 #include "recovery/recovery.h"
 #include "recovery/trace.h"
 #include "rpc/rpc_server.h"
+#include "snapshot/snapshot.h"
 #include "runtime/error.h"
 #include "runtime/submit.h"
 
@@ -889,6 +890,65 @@ int mango_scratch(const void *addr, size_t len)
     if (a.rc == MANGO_OK && a.in_heap)
         dheap_set_free_hook(scratch_on_free);
     return a.rc;
+}
+
+/* ---- snapshots (snapshot/snapshot.h) ---- */
+
+typedef struct snapshot_args {
+    const char *path;
+    snapshot_job job;
+    double held_until;
+    int rc;
+} snapshot_args;
+
+/* Under the write side: every batch so far durable and applied (the
+ * bitmaps of .data/.bss then name every byte a batch wrote), then fork. */
+static void snapshot_exclusive(void *arg)
+{
+    snapshot_args *a = arg;
+    int rc = drain_pipeline();
+    if (rc == MANGO_OK)
+        rc = redo_log_wait_reusable(&rt.log, rt.log.tail_lsn);
+    if (rc == MANGO_OK)
+        rc = snapshot_start(&rt.pool, a->path, &a->job);
+    a->held_until = (double)now_ns() / 1e9;
+    a->rc = rc;
+}
+
+int mango_snapshot(const char *path, mango_snapshot_info *info)
+{
+    double t0 = (double)now_ns() / 1e9;
+    if (info)
+        memset(info, 0, sizeof *info);
+    if (!rt.up)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: mango_init has not been called");
+    if (forked_child)
+        return refused_in_child("mango_snapshot");
+    if (!rt.durable)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: there is no pool (persistence mode none)");
+    if (!path || !*path)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: no path");
+    if (batch_open_here || mango_capture_active)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: called inside a batch or read-write command; call it "
+                           "outside any (it waits for the write side)");
+    int f = atomic_load(&rt.failed);
+    if (f)
+        return mango_error_stopped();
+    if (access(path, F_OK) == 0)
+        return mango_error(MANGO_EEXIST, "mango_snapshot: %s exists: a snapshot never replaces a file", path);
+    snapshot_args a = {.path = path};
+    int rc = fc_execute_exclusive(rt.fc, snapshot_exclusive, &a);
+    if (rc == MANGO_OK)
+        rc = a.rc;
+    if (rc != MANGO_OK)
+        return rc;
+    rc = snapshot_finish(&a.job);
+    if (info) {
+        info->heap_bytes = a.job.heap_bytes;
+        info->pause_seconds = a.held_until - t0;
+        info->seconds = (double)now_ns() / 1e9 - t0;
+    }
+    return rc;
 }
 
 /* Globals declared MANGO_SCRATCH: the linker gathers them in the section

@@ -19,7 +19,7 @@
 /* The largest value the child reported, or acked if that is larger; false
  * if the pipe could not be made or the child ended some other way than by
  * the kill (it never exits on its own). */
-static bool kill_child_round(const char *argv0, const char *mode, const char *pool, int min_ms,
+static inline bool kill_child_round(const char *argv0, const char *mode, const char *pool, int min_ms,
                              int spread_ms, uint64_t *acked)
 {
     int pfd[2];

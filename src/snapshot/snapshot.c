@@ -1,0 +1,229 @@
+/* snapshot.c -- writing a snapshot pool from a fork() child's image of the
+ * durable memory (snapshot.h says when and why). */
+#define _GNU_SOURCE
+#include "snapshot/snapshot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "alloc/durable_heap.h"
+#include "runtime/error.h"
+
+#define PAGE 4096u
+
+/* What the child needs, copied before the fork: the parent's pool mapping
+ * is gone in the child (pool_forget_in_child). */
+typedef struct snapshot_src {
+    pool_create_params pp;
+    char fingerprint_text[POOL_FINGERPRINT_TEXT];
+    pool_region regions[POOL_MAX_REGIONS];
+    unsigned nregions;
+    const uint8_t *bits; /* every data region's written-bytes bitmap, in region order */
+    uint64_t bits_at[POOL_MAX_REGIONS];
+    uint64_t heap_bytes;
+} snapshot_src;
+
+/* The child's report on the pipe: one write, below PIPE_BUF. */
+typedef struct snapshot_report {
+    int32_t rc;
+    char message[1020];
+} snapshot_report;
+
+static uint64_t bitmap_bytes(const pool_region *r) { return (r->size + 7) / 8; }
+
+static bool page_is_zero(const char *b, size_t n)
+{
+    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
+}
+
+/* The heap up to its top, page by page, leaving all-zero pages unwritten
+ * (they read as zeros in the new file). */
+static void copy_heap(char *mirror, const char *heap, uint64_t extent)
+{
+    for (uint64_t off = 0; off < extent; off += PAGE) {
+        size_t n = extent - off < PAGE ? (size_t)(extent - off) : PAGE;
+        if (!page_is_zero(heap + off, n))
+            memcpy(mirror + off, heap + off, n);
+    }
+}
+
+/* The bytes of a data region that batches wrote (recovery restores only
+ * those), and the bitmap that says which. */
+static void copy_data(char *mirror, uint8_t *bitmap_out, const char *data, const uint8_t *bits, uint64_t size)
+{
+    memcpy(bitmap_out, bits, (size + 7) / 8);
+    for (uint64_t i = 0; i < size; i += 8) {
+        uint8_t m = bits[i / 8];
+        if (m == 0xff && i + 8 <= size) {
+            memcpy(mirror + i, data + i, 8);
+            continue;
+        }
+        for (unsigned b = 0; b < 8 && i + b < size; b++)
+            if (m & (1u << b))
+                mirror[i + b] = data[i + b];
+    }
+}
+
+static int fill(void *arg, char *base, const pool_region *regs, unsigned n)
+{
+    const snapshot_src *s = arg;
+    if (n != s->nregions)
+        return mango_error(MANGO_ELAYOUT, "snapshot: the new pool has %u regions, the pool %u", n, s->nregions);
+    for (unsigned i = 0; i < n; i++) {
+        const pool_region *a = &regs[i], *b = &s->regions[i];
+        if (a->kind != b->kind || a->vaddr != b->vaddr || a->size != b->size || a->mirror_offset != b->mirror_offset ||
+            a->bitmap_offset != b->bitmap_offset)
+            return mango_error(MANGO_ELAYOUT, "snapshot: region %u of the new pool is laid out differently from the "
+                               "pool's (a pool made by another version?)", i);
+    }
+    for (unsigned i = 0; i < n; i++) {
+        const pool_region *r = &regs[i];
+        if (r->kind == POOL_REGION_HEAP)
+            copy_heap(base + r->mirror_offset, (const char *)(uintptr_t)r->vaddr, s->heap_bytes);
+        else
+            copy_data(base + r->mirror_offset, (uint8_t *)base + r->bitmap_offset, (const char *)(uintptr_t)r->vaddr,
+                      s->bits + s->bits_at[i], r->size);
+    }
+    /* Test hook: the writer dies, or lingers, before its pool is synced. */
+    const char *t = getenv("MANGO_TEST_SNAPSHOT");
+    if (t && strcmp(t, "kill") == 0)
+        raise(SIGKILL);
+    if (t && strcmp(t, "stall") == 0)
+        sleep(30);
+    return MANGO_OK;
+}
+
+static void child_main(snapshot_src *s, const char *path, int report_fd, pid_t parent)
+{
+    /* The application's handlers are not the writer's: a signal ends it
+     * (its temporary file is then removed by the parent), and so does the
+     * end of the thread that waits for it. */
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_IGN);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    snapshot_report r = {.rc = pool_create(path, &s->pp)};
+    if (r.rc == MANGO_EEXIST)
+        r.rc = mango_error(MANGO_EEXIST, "%s exists: a snapshot never replaces a file", path);
+    if (r.rc != MANGO_OK)
+        snprintf(r.message, sizeof r.message, "%s", mango_last_error());
+    ssize_t w = write(report_fd, &r, sizeof r);
+    _exit(w == (ssize_t)sizeof r ? 0 : 1);
+}
+
+int snapshot_start(const pool *p, const char *path, snapshot_job *job)
+{
+    snapshot_src s;
+    memset(&s, 0, sizeof s);
+    const pool_header *h = p->hdr;
+    snprintf(s.fingerprint_text, sizeof s.fingerprint_text, "%s", h->fingerprint_text);
+    s.pp.pool_size = h->pool_size;
+    s.pp.log_size = h->log_size;
+    s.pp.mode = (persist_mode)h->created_mode;
+    s.pp.heap_base = h->heap_base;
+    s.pp.fingerprint = h->fingerprint;
+    s.pp.fingerprint_text = s.fingerprint_text;
+    s.pp.fill = fill;
+    s.pp.fill_arg = &s;
+    s.nregions = p->nregions;
+    memcpy(s.regions, p->regions, sizeof s.regions);
+    uint64_t bits_len = 0;
+    for (unsigned i = 0; i < p->nregions; i++) {
+        const pool_region *r = &p->regions[i];
+        if (r->kind == POOL_REGION_HEAP) {
+            s.heap_bytes = dheap_extent_of_root((const dheap_root *)(uintptr_t)r->vaddr, r->size);
+            if (s.heap_bytes == 0)
+                return mango_error(MANGO_EINVAL, "mango_snapshot: the durable heap has no allocator root yet");
+            continue;
+        }
+        if (s.pp.n_data == POOL_MAX_REGIONS - 1)
+            return mango_error(MANGO_ELAYOUT, "mango_snapshot: too many data regions");
+        s.pp.data_vaddr[s.pp.n_data] = r->vaddr;
+        s.pp.data_size[s.pp.n_data++] = r->size;
+        s.bits_at[i] = bits_len;
+        bits_len += bitmap_bytes(r);
+    }
+    /* The bitmaps as they are now: the backend goes on setting bits once
+     * the write side is released. Anonymous memory, not the heap's. */
+    uint8_t *bits = NULL;
+    if (bits_len) {
+        bits = mmap(NULL, bits_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (bits == MAP_FAILED)
+            return mango_error(MANGO_ENOMEM, "mango_snapshot: cannot copy the written-bytes bitmaps (%llu bytes)",
+                               (unsigned long long)bits_len);
+        for (unsigned i = 0; i < p->nregions; i++)
+            if (p->regions[i].kind != POOL_REGION_HEAP)
+                memcpy(bits + s.bits_at[i], p->base + p->regions[i].bitmap_offset, bitmap_bytes(&p->regions[i]));
+    }
+    s.bits = bits;
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) != 0) {
+        int e = errno;
+        if (bits)
+            munmap(bits, bits_len);
+        return mango_error(MANGO_EIO, "mango_snapshot: pipe: %s", strerror(e));
+    }
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pfd[0]);
+        child_main(&s, path, pfd[1], parent);
+    }
+    int e = errno;
+    if (bits)
+        munmap(bits, bits_len);
+    close(pfd[1]);
+    if (pid < 0) {
+        close(pfd[0]);
+        return mango_error(MANGO_ENOMEM, "mango_snapshot: fork: %s", strerror(e));
+    }
+    job->pid = pid;
+    job->result_fd = pfd[0];
+    snprintf(job->tmp_path, sizeof job->tmp_path, "%s.tmp.%d", path, (int)pid); /* pool_create's name */
+    job->heap_bytes = s.heap_bytes;
+    return MANGO_OK;
+}
+
+int snapshot_finish(snapshot_job *job)
+{
+    snapshot_report r;
+    size_t got = 0;
+    while (got < sizeof r) {
+        ssize_t n = read(job->result_fd, (char *)&r + got, sizeof r - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    close(job->result_fd);
+    job->result_fd = -1;
+    int st = 0;
+    pid_t w;
+    while ((w = waitpid(job->pid, &st, 0)) < 0 && errno == EINTR)
+        ;
+    if (got == sizeof r) {
+        if (r.rc != MANGO_OK)
+            return mango_error(r.rc, "%s", r.message);
+        return MANGO_OK;
+    }
+    /* The writer died before it reported: its temporary file is left. */
+    unlink(job->tmp_path);
+    if (w == job->pid && WIFSIGNALED(st))
+        return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) was killed by signal %d; nothing was "
+                           "left at the snapshot's path", (int)job->pid, WTERMSIG(st));
+    return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) ended without a report (%s); nothing was "
+                       "left at the snapshot's path", (int)job->pid,
+                       w == job->pid ? "its exit status is not 0" : "another part of the process reaped it");
+}

@@ -1,0 +1,42 @@
+/* snapshot.h -- a new pool that holds this process's durable state as it is
+ * at one point between batches (mango_snapshot): an online backup.
+ *
+ * The runtime calls snapshot_start on the thread that holds the write side,
+ * after every committed frame is durable and applied (so the pool's written-
+ * bytes bitmaps of .data/.bss cover every batch so far). It copies those
+ * bitmaps and the pool's layout, and forks. The child owns a copy-on-write
+ * image of the durable memory at that point: it builds the new pool with
+ * pool_create (the same layout, fingerprint, heap address and log size, an
+ * empty log, a clean head), copies the durable heap up to the allocator's
+ * top and the .data/.bss bytes the bitmaps mark into the mirrors, syncs it and
+ * only then gives it its name. The parent releases the write side at once
+ * and waits in snapshot_finish, while batches go on.
+ *
+ * Opening the snapshot recovers it like a pool that was shut down cleanly
+ * at that point. A writer that dies leaves "<path>.tmp.<pid>", which the
+ * next creation at that path removes (pool_remove_abandoned).
+ */
+#ifndef MANGO_SNAPSHOT_H
+#define MANGO_SNAPSHOT_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "pool/pool.h"
+
+typedef struct snapshot_job {
+    pid_t pid;     /* the writer (a fork() child) */
+    int result_fd; /* its report: a status and a message */
+    uint64_t heap_bytes; /* the durable heap's extent it copies */
+    char tmp_path[4200]; /* where it builds the pool: removed if it dies */
+} snapshot_job;
+
+/* On the thread holding the write side, every committed frame applied:
+ * fork the writer of a new pool at path with p's layout. MANGO_OK (then
+ * call snapshot_finish), or an error (nothing was started). */
+int snapshot_start(const pool *p, const char *path, snapshot_job *job);
+/* Wait for the writer: MANGO_OK once path is a durable, complete pool, or
+ * its error (nothing was left at path). */
+int snapshot_finish(snapshot_job *job);
+
+#endif

@@ -1,0 +1,357 @@
+/* test_snapshot.c -- mango_snapshot, an online backup: a new pool holding
+ * the durable state at one point between batches, written by a fork()
+ * child while writers go on.
+ *
+ * The state: a .bss array of 64 pointers to heap records and a .bss count
+ * `total` of commands; command t sets total = t and replaces record t % 64
+ * with a new one (a, b and its padding all say t; sizes vary, the old one
+ * is freed). One .bss word is written only outside batches, so recovery
+ * must never restore it.
+ *
+ * For each mode (emulated, fs, sim):
+ *   1. two threads run commands while the main thread takes a snapshot; a
+ *      fresh process opens the snapshot (MANGO_CHECK_HEAP=1): it must be
+ *      RECOVERED, hold a total between what was acknowledged before the
+ *      call and what was run by the end, with every record consistent with
+ *      that total and the outside-batch word not restored; it then runs a
+ *      command on it and reopens it (a snapshot is a usable pool). The
+ *      original pool recovers everything.
+ *   2. errors: an existing path (left unchanged), inside a batch, in a fork()
+ *      child, a writer that dies (MANGO_EIO, nothing left at the path).
+ *   3. a process killed while its writer works: the writer dies with it,
+ *      nothing is at the path, the pool restarts at once, and the next
+ *      snapshot to that path removes the writer's leftover.
+ * And before mango_init, and in mode none: MANGO_EINVAL. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mango.h"
+
+#include "check.h"
+#include "kill_child.h"
+#include "test_config.h"
+
+#define NREC 64
+typedef struct rec {
+    uint64_t a;
+    unsigned char pad[100];
+    uint64_t b;
+} rec;
+
+static rec *recs[NREC];
+static uint64_t total;
+static uint64_t outside_batches; /* never written by a batch */
+/* Command t sets seen[t % SEEN]: a byte of .bss first written by a recent
+ * batch is restored only if the snapshot's bitmap names it (the bitmap
+ * copied before the backend applied that batch would not). */
+#define SEEN (1u << 20)
+static unsigned char seen[SEEN];
+
+static void init_state(void *arg)
+{
+    (void)arg;
+    total = 0;
+    mango_capture(&total, sizeof total);
+    memset(recs, 0, sizeof recs);
+    mango_capture(recs, sizeof recs);
+}
+static bool is_ro(void *c) { (void)c; return false; }
+static void bump(void *c)
+{
+    uint64_t t = ++total;
+    mango_capture(&total, sizeof total);
+    unsigned i = (unsigned)(t % NREC);
+    rec *old = recs[i];
+    rec *n = malloc(sizeof *n + (t % 7) * 50);
+    n->a = n->b = t;
+    memset(n->pad, (int)(t & 0xff), sizeof n->pad);
+    mango_capture(n, sizeof *n);
+    recs[i] = n;
+    mango_capture(&recs[i], sizeof recs[i]);
+    seen[t % SEEN] = 1;
+    mango_capture(&seen[t % SEEN], 1);
+    free(old);
+    if (c)
+        *(uint64_t *)c = t;
+}
+
+static int start(const char *pool, mango_persist_mode mode)
+{
+    mango_config cfg;
+    small_test_config(&cfg, pool, mode);
+    mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
+    return mango_init(&cfg, &cb);
+}
+
+/* The records agree with total: record i holds the last t <= total with
+ * t % 64 == i, or is NULL if there is none. The number of mismatches. */
+static int state_mismatches(void)
+{
+    int bad = 0;
+    for (unsigned i = 0; i < NREC; i++) {
+        uint64_t t = total >= i ? total - (total - i) % NREC : 0;
+        if (t == 0) {
+            bad += recs[i] != NULL;
+            continue;
+        }
+        const rec *r = recs[i];
+        if (!r || r->a != t || r->b != t) {
+            bad++;
+            continue;
+        }
+        for (size_t k = 0; k < sizeof r->pad; k++)
+            if (r->pad[k] != (unsigned char)(t & 0xff)) {
+                bad++;
+                break;
+            }
+    }
+    for (uint64_t k = 1; k < SEEN; k++)
+        bad += seen[k] != (total >= SEEN || k <= total);
+    return bad;
+}
+
+/* The fresh process that opens a snapshot: exit 0 if it is sound. */
+static int verify(const char *mode, const char *snap, const char *range)
+{
+    unsigned long long lo = 0, hi = 0;
+    if (sscanf(range, "%llu,%llu", &lo, &hi) != 2)
+        return 2;
+    setenv("MANGO_CHECK_HEAP", "1", 1);
+    int rc = start(snap, test_mode_named(mode));
+    if (rc != MANGO_RECOVERED) {
+        fprintf(stderr, "verify: opening %s: %d %s\n", snap, rc, mango_last_error());
+        return 3;
+    }
+    int bad = state_mismatches();
+    printf("%s: the snapshot holds total %llu (acknowledged before the call %llu, run by the end %llu), %d "
+           "records wrong, outside-batch word %#llx\n", mode, (unsigned long long)total, lo, hi, bad,
+           (unsigned long long)outside_batches);
+    if (total < lo || total > hi || bad || outside_batches != 0)
+        return 4;
+    uint64_t at = total, t = 0;
+    if (mango_client_cmd(&t) != 0 || t != at + 1 || mango_shutdown() != MANGO_OK)
+        return 5;
+    if (start(snap, test_mode_named(mode)) != MANGO_RECOVERED || total != at + 1 || state_mismatches())
+        return 6;
+    return mango_shutdown() == MANGO_OK ? 0 : 7;
+}
+
+static _Atomic bool stop;
+static _Atomic uint64_t acked;
+
+static void *writer(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&stop)) {
+        uint64_t t = 0;
+        if (mango_client_cmd(&t) != 0)
+            return (void *)1;
+        uint64_t seen = atomic_load(&acked);
+        while (t > seen && !atomic_compare_exchange_weak(&acked, &seen, t))
+            ;
+    }
+    return NULL;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+/* Files in /var/tmp named "<base of snap>.tmp.*": a writer's leftovers. */
+static int leftovers(const char *snap)
+{
+    const char *base = strrchr(snap, '/') + 1;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    int n = 0;
+    DIR *d = opendir("/var/tmp");
+    for (struct dirent *e; d && (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    if (d)
+        closedir(d);
+    return n;
+}
+
+static void online_snapshot(const char *self, const char *mode, const char *pool, const char *snap)
+{
+    unlink(pool);
+    unlink(snap);
+    memset(seen, 0, sizeof seen); /* an earlier mode's, in this process's .bss (no pool holds it) */
+    CHECK(start(pool, test_mode_named(mode)) == MANGO_FRESH);
+    outside_batches = 0xdead; /* a bitmap bit for it would restore this */
+    atomic_store(&stop, false);
+    atomic_store(&acked, 0);
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        pthread_create(&th[i], NULL, writer, NULL);
+    sleep_ms(300);
+    uint64_t lo = atomic_load(&acked);
+    mango_snapshot_info info;
+    int rc = mango_snapshot(snap, &info);
+    printf("%s: snapshot: %d %s; heap %llu bytes, write side held %.3f ms, %.3f s in all\n", mode, rc,
+           rc ? mango_last_error() : "", (unsigned long long)info.heap_bytes, info.pause_seconds * 1e3,
+           info.seconds);
+    CHECK(rc == MANGO_OK);
+    CHECK(info.heap_bytes > 0 && info.pause_seconds <= info.seconds);
+    sleep_ms(100); /* writers go on after it */
+    atomic_store(&stop, true);
+    void *res[2];
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], &res[i]);
+    CHECK(res[0] == NULL && res[1] == NULL);
+    uint64_t end = total;
+    CHECK(end > lo);
+    CHECK(mango_shutdown() == MANGO_OK);
+    CHECK(leftovers(snap) == 0);
+    char range[64];
+    snprintf(range, sizeof range, "%llu,%llu", (unsigned long long)lo, (unsigned long long)end);
+    int vr = kill_child_run(self, "verify", mode, snap, range);
+    if (vr)
+        fprintf(stderr, "%s: verifying the snapshot: status %d\n", mode, vr);
+    CHECK(vr == 0);
+    /* The pool itself is untouched by it. */
+    CHECK(start(pool, test_mode_named(mode)) == MANGO_RECOVERED);
+    CHECK(total == end && state_mismatches() == 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    (void)self;
+}
+
+static void errors(const char *mode, const char *pool, const char *snap)
+{
+    unlink(pool);
+    unlink(snap);
+    CHECK(start(pool, test_mode_named(mode)) == MANGO_FRESH);
+    CHECK(mango_client_cmd(NULL) == 0);
+    /* An existing path is never replaced. */
+    FILE *f = fopen(snap, "w");
+    CHECK(f && fputs("keep me\n", f) >= 0);
+    if (f)
+        fclose(f);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_EEXIST);
+    char buf[32] = {0};
+    f = fopen(snap, "r");
+    CHECK(f && fgets(buf, sizeof buf, f) && strcmp(buf, "keep me\n") == 0);
+    if (f)
+        fclose(f);
+    unlink(snap);
+    /* Inside a batch: it would wait for the write side it holds. */
+    CHECK(mango_batch_begin() == MANGO_OK);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_EINVAL);
+    CHECK(mango_batch_end() == MANGO_OK);
+    CHECK(!exists(snap));
+    /* A fork() child. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        int r = mango_snapshot(snap, NULL);
+        _exit(r == MANGO_EINVAL && strstr(mango_last_error(), "fork() child") ? 0 : 1);
+    }
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    CHECK(!exists(snap));
+    /* A writer that dies before its pool is synced. */
+    setenv("MANGO_TEST_SNAPSHOT", "kill", 1);
+    int rc = mango_snapshot(snap, NULL);
+    unsetenv("MANGO_TEST_SNAPSHOT");
+    printf("%s: a writer that dies: %d %s\n", mode, rc, mango_last_error());
+    CHECK(rc == MANGO_EIO && strstr(mango_last_error(), "signal 9"));
+    CHECK(!exists(snap));
+    CHECK(leftovers(snap) == 0);
+    /* And the runtime goes on. */
+    CHECK(mango_client_cmd(NULL) == 0);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_OK);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(snap);
+}
+
+/* Part 3's process: opens the pool and takes a snapshot whose writer
+ * lingers (the test kills this process meanwhile). */
+static int stalling(const char *mode, const char *pool, const char *snap)
+{
+    if (start(pool, test_mode_named(mode)) != MANGO_RECOVERED || mango_client_cmd(NULL) != 0)
+        return 2;
+    setenv("MANGO_TEST_SNAPSHOT", "stall", 1);
+    mango_snapshot(snap, NULL);
+    return 3; /* not reached: killed */
+}
+
+static void killed_during_snapshot(const char *self, const char *mode, const char *pool, const char *snap)
+{
+    unlink(snap);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl(self, "test_snapshot", "stall", mode, pool, snap, (char *)NULL);
+        _exit(127);
+    }
+    /* Until the writer's temporary file appears (it lingers there). */
+    for (int i = 0; i < 200 && leftovers(snap) == 0; i++)
+        sleep_ms(25);
+    CHECK(leftovers(snap) == 1);
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    sleep_ms(200); /* the writer's death signal */
+    CHECK(!exists(snap));
+    int rc = start(pool, test_mode_named(mode)); /* the writer never held the pool's lock */
+    printf("%s: restart after a kill during a snapshot: %d %s; writer's leftovers %d\n", mode, rc,
+           rc < 0 ? mango_last_error() : "", leftovers(snap));
+    CHECK(rc == MANGO_RECOVERED);
+    if (rc != MANGO_RECOVERED)
+        return;
+    CHECK(mango_snapshot(snap, NULL) == MANGO_OK); /* and removes the dead writer's file */
+    CHECK(leftovers(snap) == 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(snap);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc >= 5 && strcmp(argv[1], "verify") == 0)
+        return verify(argv[2], argv[3], argv[4]);
+    if (argc >= 5 && strcmp(argv[1], "stall") == 0)
+        return stalling(argv[2], argv[3], argv[4]);
+    srand((unsigned)getpid());
+    CHECK(mango_snapshot("/var/tmp/never", NULL) == MANGO_EINVAL); /* before mango_init */
+    char snap[96];
+    snprintf(snap, sizeof snap, "/var/tmp/mango-snapshot-%d.snap", (int)getpid());
+    {
+        char pool[96];
+        snprintf(pool, sizeof pool, "/dev/shm/mango-snapshot-none-%d.pool", (int)getpid());
+        CHECK(start(pool, MANGO_PERSIST_NONE) == MANGO_FRESH);
+        CHECK(mango_snapshot(snap, NULL) == MANGO_EINVAL);
+        CHECK(mango_shutdown() == MANGO_OK);
+    }
+    const char *modes[] = {"emulated", "fs", "sim"};
+    for (int i = 0; i < 3; i++) {
+        char pool[96];
+        snprintf(pool, sizeof pool, "%s/mango-snapshot-%d.pool", i ? "/var/tmp" : "/dev/shm", (int)getpid());
+        online_snapshot("/proc/self/exe", modes[i], pool, snap);
+        errors(modes[i], pool, snap);
+        killed_during_snapshot("/proc/self/exe", modes[i], pool, snap);
+        unlink(pool);
+        unlink(snap);
+    }
+    return check_report("test_snapshot");
+}
