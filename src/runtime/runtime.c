@@ -901,16 +901,15 @@ typedef struct snapshot_args {
     int rc;
 } snapshot_args;
 
-/* Under the write side: every batch so far durable and applied (the
- * bitmaps of .data/.bss then name every byte a batch wrote), then fork. */
+/* Under the write side: every batch so far durable, then fork (the bits of
+ * .data/.bss the backend has not applied yet come from the log). */
 static void snapshot_exclusive(void *arg)
 {
     snapshot_args *a = arg;
     int rc = drain_pipeline();
+    uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
-        rc = redo_log_wait_reusable(&rt.log, rt.log.tail_lsn);
-    if (rc == MANGO_OK)
-        rc = snapshot_start(&rt.pool, a->path, &a->job);
+        rc = snapshot_start(&rt.pool, &rt.log, applied, a->path, &a->job);
     a->held_until = (double)now_ns() / 1e9;
     a->rc = rc;
 }

@@ -2,9 +2,10 @@
  * at one point between batches (mango_snapshot): an online backup.
  *
  * The runtime calls snapshot_start on the thread that holds the write side,
- * after every committed frame is durable and applied (so the pool's written-
- * bytes bitmaps of .data/.bss cover every batch so far). It copies those
- * bitmaps and the pool's layout, and forks. The child owns a copy-on-write
+ * once every batch so far is durable. It copies the pool's layout and its
+ * written-bytes bitmaps of .data/.bss, adds to them the bits of the frames
+ * the backend has not applied yet (read from the log ring, and the big-batch
+ * file), and forks: the snapshot never waits for the backend. The child owns a copy-on-write
  * image of the durable memory at that point: it builds the new pool with
  * pool_create (the same layout, fingerprint, heap address and log size, an
  * empty log, a clean head), copies the durable heap up to the allocator's
@@ -22,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "log/redo_log.h"
 #include "pool/pool.h"
 
 typedef struct snapshot_job {
@@ -31,10 +33,13 @@ typedef struct snapshot_job {
     char tmp_path[4200]; /* where it builds the pool: removed if it dies */
 } snapshot_job;
 
-/* On the thread holding the write side, every committed frame applied:
- * fork the writer of a new pool at path with p's layout. MANGO_OK (then
- * call snapshot_finish), or an error (nothing was started). */
-int snapshot_start(const pool *p, const char *path, snapshot_job *job);
+/* On the thread holding the write side, every frame of log committed (the
+ * backend has applied those before applied_lsn, read before this call, and
+ * may be applying more): fork the writer of a new pool at path with p's
+ * layout. The bits of the frames from applied_lsn to the log's tail are
+ * read from the log itself. MANGO_OK (then call snapshot_finish), or an
+ * error (nothing was started). */
+int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, snapshot_job *job);
 /* Wait for the writer: MANGO_OK once path is a durable, complete pool, or
  * its error (nothing was left at path). */
 int snapshot_finish(snapshot_job *job);
