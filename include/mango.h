@@ -152,7 +152,8 @@ typedef enum mango_status {
 enum {
     MANGO_OK = 0,
     MANGO_EINVAL = -1,      /* bad argument or configuration */
-    MANGO_EIO = -2,         /* I/O error; writes are no longer accepted */
+    MANGO_EIO = -2,         /* I/O error; writes are no longer accepted (from a snapshot:
+                             * only the snapshot failed) */
     MANGO_EBADPOOL = -3,    /* pool corrupt, truncated or wrong version */
     MANGO_ELAYOUT = -4,     /* pool written by a different binary/layout */
     MANGO_EBUSY = -5,       /* pool in use by another process */
@@ -160,6 +161,7 @@ enum {
     MANGO_EFAILED = -7,     /* runtime has stopped after an earlier error */
     MANGO_EEXIST = -8,
     MANGO_ENOENT = -9,
+    MANGO_EAGAIN = -10,     /* not finished yet (mango_snapshot_poll) */
 };
 
 /* Start the runtime: open (or create) the pool, recover or initialise the
@@ -429,6 +431,20 @@ typedef struct mango_snapshot_info {
     double seconds;       /* the whole call */
 } mango_snapshot_info;
 int mango_snapshot(const char *path, mango_snapshot_info *info);
+/* The same in two steps, for a caller that must not block (an event loop):
+ * mango_snapshot_start returns once the writer runs (the write side is
+ * released; errors as above, and then *job is NULL); mango_snapshot_poll
+ * then returns MANGO_EAGAIN while it works (wait false), or its result,
+ * which ends the job (info as above). mango_snapshot_cancel stops a writer
+ * (SIGKILL), removes its temporary file and ends the job; call it before
+ * exiting with a snapshot running (a writer whose process is gone is
+ * killed, but its temporary file stays until the next snapshot to that
+ * path). The writer is a child process: a SIGCHLD handler or a waitpid(-1)
+ * of the application may reap it, which the result does not depend on. */
+typedef struct mango_snapshot_job mango_snapshot_job;
+int mango_snapshot_start(const char *path, mango_snapshot_job **job);
+int mango_snapshot_poll(mango_snapshot_job *job, bool wait, mango_snapshot_info *info);
+void mango_snapshot_cancel(mango_snapshot_job *job);
 
 /* ABI for the mango-cc compiler plugin: true on a thread while it runs a
  * read-write batch. Instrumented stores test it inline and call

@@ -72,6 +72,7 @@ const char *mango_strerror(int code)
     case MANGO_EFAILED: return "runtime stopped after an earlier error";
     case MANGO_EEXIST: return "already exists";
     case MANGO_ENOENT: return "no such pool";
+    case MANGO_EAGAIN: return "not finished yet";
     }
     return "unknown error";
 }

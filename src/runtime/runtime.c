@@ -894,39 +894,41 @@ int mango_scratch(const void *addr, size_t len)
 
 /* ---- snapshots (snapshot/snapshot.h) ---- */
 
-typedef struct snapshot_args {
+struct mango_snapshot_job {
     const char *path;
     snapshot_job job;
-    double held_until;
+    double t0, held_until;
     int rc;
-} snapshot_args;
+};
+
+static double now_s(void) { return (double)now_ns() / 1e9; }
 
 /* Under the write side: every batch so far durable, then fork (the bits of
  * .data/.bss the backend has not applied yet come from the log). */
 static void snapshot_exclusive(void *arg)
 {
-    snapshot_args *a = arg;
+    mango_snapshot_job *j = arg;
     int rc = drain_pipeline();
     uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
-        rc = snapshot_start(&rt.pool, &rt.log, applied, a->path, &a->job);
-    a->held_until = (double)now_ns() / 1e9;
-    a->rc = rc;
+        rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, &j->job);
+    j->held_until = now_s();
+    j->rc = rc;
 }
 
-int mango_snapshot(const char *path, mango_snapshot_info *info)
+int mango_snapshot_start(const char *path, mango_snapshot_job **out)
 {
-    double t0 = (double)now_ns() / 1e9;
-    if (info)
-        memset(info, 0, sizeof *info);
+    double t0 = now_s();
+    if (out)
+        *out = NULL;
     if (!rt.up)
         return mango_error(MANGO_EINVAL, "mango_snapshot: mango_init has not been called");
     if (forked_child)
         return refused_in_child("mango_snapshot");
     if (!rt.durable)
         return mango_error(MANGO_EINVAL, "mango_snapshot: there is no pool (persistence mode none)");
-    if (!path || !*path)
-        return mango_error(MANGO_EINVAL, "mango_snapshot: no path");
+    if (!path || !*path || !out)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: no path%s", out ? "" : " or no job pointer");
     if (batch_open_here || mango_capture_active)
         return mango_error(MANGO_EINVAL, "mango_snapshot: called inside a batch or read-write command; call it "
                            "outside any (it waits for the write side)");
@@ -935,19 +937,56 @@ int mango_snapshot(const char *path, mango_snapshot_info *info)
         return mango_error_stopped();
     if (access(path, F_OK) == 0)
         return mango_error(MANGO_EEXIST, "mango_snapshot: %s exists: a snapshot never replaces a file", path);
-    snapshot_args a = {.path = path};
-    int rc = fc_execute_exclusive(rt.fc, snapshot_exclusive, &a);
+    mango_snapshot_job *j = calloc(1, sizeof *j);
+    if (!j)
+        return mango_error(MANGO_ENOMEM, "mango_snapshot: no memory for the job");
+    j->path = path;
+    j->t0 = t0;
+    int rc = fc_execute_exclusive(rt.fc, snapshot_exclusive, j);
     if (rc == MANGO_OK)
-        rc = a.rc;
-    if (rc != MANGO_OK)
+        rc = j->rc;
+    j->path = NULL; /* (the caller's string: only needed until the fork) */
+    if (rc == MANGO_OK)
+        rc = snapshot_started(&j->job);
+    if (rc != MANGO_OK) {
+        free(j);
         return rc;
-    rc = snapshot_finish(&a.job);
-    if (info) {
-        info->heap_bytes = a.job.heap_bytes;
-        info->pause_seconds = a.held_until - t0;
-        info->seconds = (double)now_ns() / 1e9 - t0;
     }
+    *out = j;
+    return MANGO_OK;
+}
+
+int mango_snapshot_poll(mango_snapshot_job *j, bool wait, mango_snapshot_info *info)
+{
+    if (!j)
+        return mango_error(MANGO_EINVAL, "mango_snapshot_poll: no job");
+    int rc = snapshot_finish(&j->job, wait);
+    if (rc == MANGO_EAGAIN)
+        return rc;
+    if (info) {
+        info->heap_bytes = j->job.heap_bytes;
+        info->pause_seconds = j->held_until - j->t0;
+        info->seconds = now_s() - j->t0;
+    }
+    free(j);
     return rc;
+}
+
+void mango_snapshot_cancel(mango_snapshot_job *j)
+{
+    if (!j)
+        return;
+    snapshot_cancel(&j->job);
+    free(j);
+}
+
+int mango_snapshot(const char *path, mango_snapshot_info *info)
+{
+    if (info)
+        memset(info, 0, sizeof *info);
+    mango_snapshot_job *j;
+    int rc = mango_snapshot_start(path, &j);
+    return rc == MANGO_OK ? mango_snapshot_poll(j, true, info) : rc;
 }
 
 /* Globals declared MANGO_SCRATCH: the linker gathers them in the section

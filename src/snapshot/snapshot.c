@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +129,19 @@ static void child_main(snapshot_src *s, const char *path, int report_fd, pid_t p
     signal(SIGPIPE, SIG_IGN);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
+        _exit(1);
+    /* Nothing of the application's stays open here but stdin/out/err: a
+     * listening socket kept by a writer would refuse a restarted server its
+     * port (the pool's descriptors are gone already, pool_forget_in_child). */
+    if (report_fd != 3) {
+        if (dup2(report_fd, 3) != 3)
+            _exit(1);
+        report_fd = 3;
+    }
+    if (close_range(4, ~0u, 0) != 0)
+        for (int fd = 4; fd < 65536; fd++)
+            close(fd);
+    if (write(report_fd, "S", 1) != 1) /* started: snapshot_started returns */
         _exit(1);
     snapshot_report r = {.rc = pool_create(path, &s->pp)};
     if (r.rc == MANGO_EEXIST)
@@ -261,9 +275,27 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     return MANGO_OK;
 }
 
-int snapshot_finish(snapshot_job *job)
+int snapshot_started(snapshot_job *job)
+{
+    char c;
+    ssize_t n;
+    while ((n = read(job->result_fd, &c, 1)) < 0 && errno == EINTR)
+        ;
+    if (n == 1 && c == 'S')
+        return MANGO_OK;
+    int rc = snapshot_finish(job, true);
+    return rc != MANGO_OK ? rc : mango_error(MANGO_EIO, "mango_snapshot: the writer did not start");
+}
+
+int snapshot_finish(snapshot_job *job, bool wait)
 {
     snapshot_report r;
+    if (!wait) {
+        struct pollfd pf = {.fd = job->result_fd, .events = POLLIN};
+        int n = poll(&pf, 1, 0);
+        if (n == 0 || (n < 0 && errno == EINTR))
+            return MANGO_EAGAIN;
+    }
     size_t got = 0;
     while (got < sizeof r) {
         ssize_t n = read(job->result_fd, (char *)&r + got, sizeof r - got);
@@ -292,4 +324,10 @@ int snapshot_finish(snapshot_job *job)
     return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) ended without a report (%s); nothing was "
                        "left at the snapshot's path", (int)job->pid,
                        w == job->pid ? "its exit status is not 0" : "another part of the process reaped it");
+}
+
+void snapshot_cancel(snapshot_job *job)
+{
+    kill(job->pid, SIGKILL);
+    (void)snapshot_finish(job, true); /* (a writer that had finished leaves its snapshot) */
 }

@@ -20,6 +20,7 @@
 #ifndef MANGO_SNAPSHOT_H
 #define MANGO_SNAPSHOT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -40,8 +41,17 @@ typedef struct snapshot_job {
  * read from the log itself. MANGO_OK (then call snapshot_finish), or an
  * error (nothing was started). */
 int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, snapshot_job *job);
-/* Wait for the writer: MANGO_OK once path is a durable, complete pool, or
- * its error (nothing was left at path). */
-int snapshot_finish(snapshot_job *job);
+/* After the write side is released: wait until the writer holds none of
+ * the process's descriptors but its report pipe (a listening socket it kept
+ * would refuse a restarted server its port). MANGO_OK, or the writer's
+ * error (the job is then ended). */
+int snapshot_started(snapshot_job *job);
+/* The writer's result: MANGO_OK once path is a durable, complete pool, or
+ * its error (nothing was left at path). Without wait, MANGO_EAGAIN while
+ * it works. Any other result ends the job. */
+int snapshot_finish(snapshot_job *job, bool wait);
+/* Stop the writer (SIGKILL) and wait for it; its temporary file is
+ * removed. Ends the job. */
+void snapshot_cancel(snapshot_job *job);
 
 #endif

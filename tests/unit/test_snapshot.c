@@ -23,7 +23,9 @@
  *      snapshot to that path removes the writer's leftover.
  * And before mango_init, and in mode none: MANGO_EINVAL. */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <dirent.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
@@ -32,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -192,6 +195,23 @@ static int leftovers(const char *snap)
     return n;
 }
 
+/* A TCP socket listening on 127.0.0.1:port (0: any), SO_REUSEADDR as
+ * servers set it; -1 if it cannot bind. */
+static int listening_socket(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void online_snapshot(const char *self, const char *mode, const char *pool, const char *snap)
 {
     unlink(pool);
@@ -277,6 +297,34 @@ static void errors(const char *mode, const char *pool, const char *snap)
     CHECK(rc == MANGO_EIO && strstr(mango_last_error(), "signal 9"));
     CHECK(!exists(snap));
     CHECK(leftovers(snap) == 0);
+    /* In two steps: a writer at work, then cancelled. It holds none of the
+     * process's descriptors: a listening socket closed here frees its port. */
+    int ls = listening_socket(0);
+    struct sockaddr_in sa;
+    socklen_t sl = sizeof sa;
+    CHECK(ls >= 0 && getsockname(ls, (struct sockaddr *)&sa, &sl) == 0);
+    setenv("MANGO_TEST_SNAPSHOT", "stall", 1);
+    mango_snapshot_job *job = NULL;
+    rc = mango_snapshot_start(snap, &job);
+    unsetenv("MANGO_TEST_SNAPSHOT");
+    CHECK(rc == MANGO_OK && job);
+    if (job) {
+        CHECK(mango_snapshot_poll(job, false, NULL) == MANGO_EAGAIN);
+        close(ls);
+        int again = listening_socket(ntohs(sa.sin_port));
+        printf("%s: the port of a socket closed while a writer works: %s\n", mode, again >= 0 ? "free" : "taken");
+        CHECK(again >= 0);
+        if (again >= 0)
+            close(again);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        mango_snapshot_cancel(job);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK(t1.tv_sec - t0.tv_sec < 5);
+        CHECK(!exists(snap));
+        CHECK(leftovers(snap) == 0);
+    }
+    CHECK(mango_snapshot_start(snap, NULL) == MANGO_EINVAL);
     /* And the runtime goes on. */
     CHECK(mango_client_cmd(NULL) == 0);
     CHECK(mango_snapshot(snap, NULL) == MANGO_OK);
