@@ -7,7 +7,8 @@
 #      entries for the release's suites; no mirror is named here), apt-get update
 #   2. apt-get source redis=<pinned version> into $REDIS_WORK
 #   3. copy the tree, apply redis/mango.patch, copy redis/mango_adapter.[ch]
-#      and redis/mango_release.c, redis/mango_functions.c, redis/mango_heap_check.c
+#      and redis/mango_release.c, redis/mango_functions.c, redis/mango_heap_check.c,
+#      redis/mango_snapshot.c
 #   4. make MALLOC=libc CC=mango-cc (no jemalloc: Mangosteen interposes malloc;
 #      no LTO; -O2)
 #   5. install the binary as $REDIS_DURABLE_OUT
@@ -138,7 +139,7 @@ pkgsrc=$(ls -d "$work"/src-pkg/redis-$upstream 2>/dev/null | head -n1 || true)
 # ---- 2. our tree: pristine copy + patch + adapter ------------------------
 # Rebuilt from scratch whenever the patch, the adapter, the capture plugin or
 # its inline header changed (stamp = their hash).
-inputs_hash=$(cat "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" "$here/mango_heap_check.c" \
+inputs_hash=$(cat "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" \
     "$mango_build/lib/MangoCapture.so" "$repo/include/mango_capture_inline.h" "$repo/include/mango.h" \
     2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
@@ -147,7 +148,7 @@ if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
     cp -a "$pkgsrc" "$srcdir"
     (cd "$srcdir" && patch -p1 --no-backup-if-mismatch -s <"$here/mango.patch") || die "redis/mango.patch does not apply"
     cp "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" \
-        "$here/mango_heap_check.c" "$srcdir/src/"
+        "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$srcdir/src/"
     touch "$srcdir/.mango-$inputs_hash"
 else
     say "tree up to date ($srcdir)"

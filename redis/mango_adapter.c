@@ -340,6 +340,7 @@ static void mango_atexit(void)
                 (unsigned long long)s.heap_chunks, (unsigned long long)s.heap_payload_bytes, mangoGravesPending(),
                 (unsigned long long)s.log_zero_ranges);
     }
+    mangoSnapshotCancel();
     mango_shutdown();
     mango_on = 0;
 }
@@ -603,11 +604,13 @@ void mangoCommit(void)
             inline_commits++;
             int rc = mango_batch_end();
             if (rc != MANGO_OK) die("mango_batch_end (inline commit)", rc);
+            mangoSnapshotStep();
             return;
         }
         int rc = mango_batch_submit(NULL);
         if (rc != MANGO_OK) die("mango_batch_submit (commit)", rc);
     }
+    mangoSnapshotStep(); /* between batches: MANGOSNAPSHOT */
 }
 
 void mangoNoteReply(client *c)
@@ -671,7 +674,7 @@ char *mangoInfo(char *info, int after_section)
     uint64_t batch_capacity = 0;
     mango_batch_room(NULL, &batch_capacity);
     typedef unsigned long long ull;
-    return sdscatprintf(info,
+    info = sdscatprintf(info,
         "mango_enabled:1\r\n"
         "mango_mode:%s\r\n"
         "mango_pool:%s\r\n"
@@ -710,6 +713,7 @@ char *mangoInfo(char *info, int after_section)
         (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
         (ull)s.heap_allocated_bytes, (ull)s.heap_carved_bytes, (ull)s.heap_capacity, (ull)s.heap_reclaims, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds,
         (ull)inline_commits, (ull)s.scratch_blocks_dropped, (ull)s.scratch_batches);
+    return mangoSnapshotInfo(info);
 }
 
 int mangoInWriteSection(void) { return write_depth > 0; }

@@ -121,6 +121,12 @@ void mangoTransientEnd(int paused);
 /* Is durability on? (replies then use the AE write barrier, like
  * appendfsync always, so a reply is never sent in the pass that made it) */
 int mangoEnabled(void);
+/* mango_snapshot.c: MANGOSNAPSHOT path (a backup as a pool); mangoCommit
+ * starts and polls it between batches; INFO's fields; stopped at exit. */
+void mangoSnapshotCommand(struct client *c);
+void mangoSnapshotStep(void);
+void mangoSnapshotCancel(void);
+sds mangoSnapshotInfo(sds info);
 /* Is a batch open (replies of this pass must not be sent yet)? */
 int mangoBatchOpen(void);
 /* Does any database hold keys with a TTL? (the fast expire cycle runs, in a

@@ -1105,6 +1105,130 @@ def test_a_stopped_servers_pool_copied_elsewhere_recovers(server_factory, mode):
     assert_same(before, snapshot(s), f"the original ({mode})")
 
 
+@pytest.mark.parametrize("mode", ["emulated", "fs"])
+def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
+    """MANGOSNAPSHOT path (docs/redis.md, "Backups"): a running server writes
+    its dataset as a pool of its own while a client goes on writing. The
+    snapshot, started on with --mango-pool, recovers (no import) the data
+    set as it was, every write acknowledged before the command was sent,
+    and a prefix of the writer's keys (a point between batches); the
+    original loses nothing after a kill -9. An existing path is refused."""
+    s = server_factory(mode)
+    facts = load_core(s)
+    r = s.client()
+    assert s.client(9).execute_command("DEBUG", "POPULATE", 20000, "pop", 100) in (b"OK", "OK", True)
+    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
+
+    def but_db5(snap):  # the writer's database: checked key by key
+        out = {k: v for k, v in snap.items() if k != "digest"}
+        out["keyspace"] = [e for e in snap["keyspace"] if e[0] != "db5"]
+        return out
+
+    before = but_db5(snapshot(s, skip_dbs=(5, 9)))
+    taken = os.path.join(s.dir, "backup.pool")
+    with open(os.path.join(s.dir, "exists"), "w") as f:
+        f.write("x")
+    with pytest.raises(ResponseError, match="exists"):
+        r.execute_command("MANGOSNAPSHOT", os.path.join(s.dir, "exists"))
+    with pytest.raises(ResponseError, match="wrong number of arguments"):
+        r.execute_command("MANGOSNAPSHOT")
+    acked, stop, errors = [0], threading.Event(), []
+
+    def writer():
+        w = s.client(5)
+        i = 0
+        try:
+            while not stop.is_set():
+                i += 1
+                assert w.set(f"w:{i}", i)
+                acked[0] = i
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    t = threading.Thread(target=writer)
+    t.start()
+    wait_until(lambda: acked[0] > 200, what="writes to begin")
+    at_command = acked[0]
+    assert r.execute_command("MANGOSNAPSHOT", taken) in (b"Background pool snapshot scheduled",
+                                                          "Background pool snapshot scheduled", True)
+    wait_until(lambda: r.info("mangosteen")["mango_snapshot_in_progress"] == 0, timeout=60, what="the snapshot")
+    info = r.info("mangosteen")
+    assert info["mango_snapshot_last_status"] == "ok", info
+    assert info["mango_snapshot_last_path"] == taken and info["mango_snapshot_last_heap_bytes"] > 0, info
+    after = acked[0]
+    wait_until(lambda: acked[0] > after + 200, what="writes after the snapshot")
+    stop.set()
+    t.join()
+    assert not errors, errors
+    total = acked[0]
+    assert re.search(r"Mangosteen: pool snapshot .* done", s.logtext()), s.logtext()[-2000:]
+
+    s.restart("kill")
+    got = s.client(5).mget([f"w:{i}" for i in range(1, total + 1)])
+    assert all(v == str(i).encode() for i, v in enumerate(got, 1)), f"{mode}: acknowledged writes lost"
+    s.stop("kill")
+
+    original = s.pool
+    s.pool = s.env["MANGO_POOL"] = taken
+    assert s.start() == "RECOVERED", s.logtext()[-2000:]
+    assert not IMPORTED.search(s.logtext())
+    assert_same(before, but_db5(snapshot(s, skip_dbs=(5, 9))), f"the pool snapshot ({mode})")
+    w = s.client(5)
+    n = w.dbsize()
+    assert at_command <= n <= total, (at_command, n, total)
+    got = w.mget([f"w:{i}" for i in range(1, n + 1)])
+    assert all(v == str(i).encode() for i, v in enumerate(got, 1)), f"{mode}: the snapshot's writes are not a prefix"
+    assert s.client(9).get("pop:19999").startswith(b"value:19999")
+    s.client().set("only-in-the-snapshot", 1)
+    s.stop("kill")
+    s.pool = s.env["MANGO_POOL"] = original
+    assert s.start() == "RECOVERED"
+    assert s.client().get("only-in-the-snapshot") is None
+
+
+def test_a_pool_snapshot_in_progress_is_stopped_with_its_server(server_factory):
+    """A snapshot's writer holds no descriptor of the server (no listening
+    socket: a restart on the port would be refused) and no lock on the pool;
+    it dies with a server killed with -9, and is stopped by one that shuts
+    down, leaving nothing at the path; a second MANGOSNAPSHOT meanwhile is
+    refused, and the next one to that path removes a dead writer's file.
+    (MANGO_TEST_SNAPSHOT=stall: the writer waits 30 s before it syncs.)"""
+    s = server_factory("emulated", env={"MANGO_TEST_SNAPSHOT": "stall"})
+    assert s.client().execute_command("DEBUG", "POPULATE", 1000, "k", 10) in (b"OK", "OK", True)
+    r = s.client()
+    taken = os.path.join(s.dir, "backup.pool")
+    r.execute_command("MANGOSNAPSHOT", taken)
+    wait_until(lambda: children_of(s.proc.pid), what="the writer to start")
+    writer = children_of(s.proc.pid)[0]
+    assert r.info("mangosteen")["mango_snapshot_in_progress"] == 1
+    with pytest.raises(ResponseError, match="already in progress"):
+        r.execute_command("MANGOSNAPSHOT", os.path.join(s.dir, "other.pool"))
+    fds = [os.readlink(f"/proc/{writer}/fd/{fd}") for fd in os.listdir(f"/proc/{writer}/fd")]
+    assert not [f for f in fds if f.startswith("socket:")], fds
+    s.stop("shutdown")
+    assert not os.path.exists(f"/proc/{writer}") or open(f"/proc/{writer}/stat").read().split(")")[1].split()[0] == "Z"
+    assert not os.path.exists(taken)
+    assert not [f for f in os.listdir(s.dir) if f.startswith("backup.pool.tmp.")], os.listdir(s.dir)
+    assert "pool snapshot" in s.logtext() and "stopped: the server is exiting" in s.logtext()
+
+    assert s.start() == "RECOVERED"
+    r = s.client()
+    r.execute_command("MANGOSNAPSHOT", taken)
+    wait_until(lambda: children_of(s.proc.pid), what="the writer to start")
+    writer = children_of(s.proc.pid)[0]
+    s.stop("kill")
+    wait_until(lambda: not os.path.exists(f"/proc/{writer}") or
+               open(f"/proc/{writer}/stat").read().split(")")[1].split()[0] == "Z", what="the writer to die")
+    del s.env["MANGO_TEST_SNAPSHOT"]
+    assert s.start() == "RECOVERED"
+    assert not os.path.exists(taken)
+    r = s.client()
+    r.execute_command("MANGOSNAPSHOT", taken)
+    wait_until(lambda: r.info("mangosteen")["mango_snapshot_in_progress"] == 0, timeout=60, what="the snapshot")
+    assert r.info("mangosteen")["mango_snapshot_last_status"] == "ok"
+    assert not [f for f in os.listdir(s.dir) if f.startswith("backup.pool.tmp.")], os.listdir(s.dir)
+
+
 def another_build(path):
     """A copy of the server binary with one byte of its GNU build ID changed:
     to the pool, the binary of another build (a rebuild, an upgrade)."""

@@ -1,0 +1,135 @@
+/* mango_snapshot.c -- MANGOSNAPSHOT path: a backup of a running durable
+ * Redis as a pool (durable Redis; docs/redis.md, "Backups").
+ *
+ * Compiled into redis-server next to mango_adapter.c.
+ *
+ * The command only asks: a snapshot must start between batches, and the
+ * event loop may hold one open while its command runs. mangoCommit(), at the
+ * end of the pass, once the pass's batch is submitted, starts it
+ * (mango_snapshot_start: the write side is held while every batch so far
+ * becomes durable and a writer process is forked, a few ms to some tens),
+ * and each later pass polls it without blocking until the writer reports.
+ * The outcome is logged and shown by INFO mangosteen (mango_snapshot_*). A
+ * server that exits meanwhile stops the writer, which leaves nothing.
+ *
+ * The snapshot is a pool of its own: started with --mango-pool on it (the
+ * same binary), the server recovers the dataset as it was at that point in
+ * milliseconds, where an RDB file from BGSAVE is imported into a new pool
+ * (seconds per million keys).
+ */
+#include "server.h" /* (first: its feature macros) */
+#include "mango_adapter.h"
+#include "mango.h"
+
+#include <sys/stat.h>
+
+static sds pending;               /* asked for, not started yet */
+static mango_snapshot_job *job;   /* running */
+static sds running;               /* its path */
+static mstime_t started_ms;
+
+static struct {
+    const char *status; /* "none", "ok", "err" */
+    sds path, error;
+    mango_snapshot_info info;
+    long long ended; /* unix time */
+} last = {.status = "none"};
+
+void mangoSnapshotCommand(client *c)
+{
+    if (!mangoEnabled()) {
+        addReplyError(c, "MANGOSNAPSHOT needs a Mangosteen pool (start with --mango-pool)");
+        return;
+    }
+    if (pending || job) {
+        addReplyErrorFormat(c, "a pool snapshot is already %s (to %s)", job ? "in progress" : "scheduled",
+                            job ? running : pending);
+        return;
+    }
+    const char *path = c->argv[1]->ptr;
+    struct stat st;
+    if (!*path || strchr(path, '\r') || strchr(path, '\n')) {
+        addReplyError(c, "MANGOSNAPSHOT needs a file path");
+        return;
+    }
+    if (lstat(path, &st) == 0) {
+        addReplyErrorFormat(c, "%s exists: a pool snapshot never replaces a file", path);
+        return;
+    }
+    pending = sdsnew(path);
+    addReplyStatus(c, "Background pool snapshot scheduled");
+}
+
+static void finished(int rc, const char *path, const char *error)
+{
+    last.status = rc == MANGO_OK ? "ok" : "err";
+    sdsfree(last.path);
+    last.path = sdsnew(path);
+    sdsfree(last.error);
+    last.error = rc == MANGO_OK ? NULL : sdsmapchars(sdsnew(error), "\r\n", "  ", 2);
+    last.ended = (long long)time(NULL);
+}
+
+void mangoSnapshotStep(void)
+{
+    if (job) {
+        int rc = mango_snapshot_poll(job, false, &last.info);
+        if (rc != MANGO_EAGAIN) {
+            job = NULL;
+            finished(rc, running, mango_last_error());
+            if (rc == MANGO_OK)
+                serverLog(LL_NOTICE, "Mangosteen: pool snapshot %s done: %llu heap bytes, %.2f s (write side "
+                          "held %.1f ms)", running, (unsigned long long)last.info.heap_bytes, last.info.seconds,
+                          last.info.pause_seconds * 1e3);
+            else
+                serverLog(LL_WARNING, "Mangosteen: pool snapshot %s failed: %s", running, last.error);
+            sdsfree(running);
+            running = NULL;
+        }
+    }
+    if (pending && !mango_batch_open()) {
+        mango_snapshot_job *j;
+        int rc = mango_snapshot_start(pending, &j);
+        if (rc != MANGO_OK) {
+            memset(&last.info, 0, sizeof last.info);
+            finished(rc, pending, mango_last_error());
+            serverLog(LL_WARNING, "Mangosteen: pool snapshot %s not started: %s", pending, last.error);
+            sdsfree(pending);
+        } else {
+            job = j;
+            running = pending;
+            started_ms = mstime();
+            serverLog(LL_NOTICE, "Mangosteen: pool snapshot %s started", running);
+        }
+        pending = NULL;
+    }
+}
+
+void mangoSnapshotCancel(void)
+{
+    if (!job)
+        return;
+    mango_snapshot_cancel(job);
+    job = NULL;
+    serverLog(LL_WARNING, "Mangosteen: pool snapshot %s stopped: the server is exiting; nothing was left there",
+              running);
+}
+
+sds mangoSnapshotInfo(sds info)
+{
+    info = sdscatprintf(info,
+                        "mango_snapshot_in_progress:%d\r\n"
+                        "mango_snapshot_current_seconds:%lld\r\n"
+                        "mango_snapshot_last_status:%s\r\n"
+                        "mango_snapshot_last_path:%s\r\n"
+                        "mango_snapshot_last_time:%lld\r\n"
+                        "mango_snapshot_last_seconds:%.3f\r\n"
+                        "mango_snapshot_last_pause_ms:%.3f\r\n"
+                        "mango_snapshot_last_heap_bytes:%llu\r\n",
+                        job || pending ? 1 : 0, job ? (long long)((mstime() - started_ms) / 1000) : -1LL,
+                        last.status, last.path ? last.path : "", last.ended, last.info.seconds,
+                        last.info.pause_seconds * 1e3, (unsigned long long)last.info.heap_bytes);
+    if (last.error)
+        info = sdscatprintf(info, "mango_snapshot_last_error:%s\r\n", last.error);
+    return info;
+}
