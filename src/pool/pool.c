@@ -211,7 +211,7 @@ int pool_create(const char *path, const pool_create_params *pp)
      * SIGBUS later); on tmpfs stay sparse so unused heap costs no memory. */
     struct statfs sfs;
     bool tmpfs = fstatfs(fd, &sfs) == 0 && sfs.f_type == TMPFS_MAGIC;
-    int err = tmpfs ? EOPNOTSUPP : posix_fallocate(fd, 0, (off_t)pool_size);
+    int err = tmpfs || pp->sparse ? EOPNOTSUPP : posix_fallocate(fd, 0, (off_t)pool_size);
     if (err == EOPNOTSUPP || err == EINVAL)
         err = ftruncate(fd, (off_t)pool_size) ? errno : 0;
     if (err) {
@@ -223,7 +223,7 @@ int pool_create(const char *path, const pool_create_params *pp)
      * converts it, a metadata change that turns a commit's sync into a
      * journal commit. Write the log ring once now, so commits only ever
      * overwrite written blocks (fs mode: one data write and one cache flush). */
-    if (!tmpfs && (rc = zero_fill(fd, log_offset, pp->log_size, tmp)) != MANGO_OK)
+    if (!tmpfs && !pp->sparse && (rc = zero_fill(fd, log_offset, pp->log_size, tmp)) != MANGO_OK)
         goto fail;
     char *base = mmap(NULL, pool_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
@@ -258,7 +258,7 @@ int pool_create(const char *path, const pool_create_params *pp)
     h->region_table_crc = crc32c(0, regs, sizeof(pool_region) * n);
     snprintf(h->fingerprint_text, sizeof h->fingerprint_text, "%s", pp->fingerprint_text);
     h->header_crc = header_crc(h);
-    if (pp->fill && (rc = pp->fill(pp->fill_arg, base, regs, n)) != MANGO_OK) {
+    if (pp->fill && (rc = pp->fill(pp->fill_arg, base, fd, regs, n)) != MANGO_OK) {
         munmap(base, pool_size);
         goto fail;
     }

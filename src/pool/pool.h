@@ -46,10 +46,13 @@ typedef struct pool_create_params {
     const char *fingerprint_text;
     /* Optional: fill the new pool's region mirrors before it is synced and
      * given its name (a snapshot, snapshot/snapshot.h). base maps the whole
-     * new file; regs are its n regions. MANGO_OK, or an error (nothing is
-     * left at path). */
-    int (*fill)(void *arg, char *base, const pool_region *regs, unsigned n);
+     * new file, fd is open on it read-write; regs are its n regions.
+     * MANGO_OK, or an error (nothing is left at path). */
+    int (*fill)(void *arg, char *base, int fd, const pool_region *regs, unsigned n);
     void *fill_arg;
+    /* A sparse file: no blocks reserved, the log ring not written ahead
+     * (a backup's, as `mango copy` writes them; see pool_create). */
+    bool sparse;
 } pool_create_params;
 
 /* Create a new pool at path (fails with MANGO_EEXIST if it exists, also when

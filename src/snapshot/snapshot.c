@@ -17,6 +17,7 @@
 
 #include "alloc/durable_heap.h"
 #include "log/big_batch.h"
+#include "persist/persist.h"
 #include "runtime/error.h"
 
 #define PAGE 4096u
@@ -51,30 +52,54 @@ static bool page_is_zero(const char *b, size_t n)
  * application's log syncs on the same device (1 GiB in fs mode: an update
  * waited 0.5 s); a piece at a time, a log sync waits behind one piece. */
 #define WRITEBACK_PIECE (8u << 20)
+#define RUN_MAX (1u << 20)
 
-/* The heap up to its top, page by page, leaving all-zero pages unwritten
- * (they read as zeros in the new file). 0 or -errno. */
-static int copy_heap(char *mirror, const char *heap, uint64_t extent)
+/* The heap up to its top into the file at off, all-zero pages left as
+ * holes (they read as zeros), with pwrite (a full file system is ENOSPC
+ * here, where a store into a mapping of a sparse file is SIGBUS). 0 or
+ * -errno. */
+static int copy_heap(int fd, uint64_t off0, const char *heap, uint64_t extent)
 {
-    uint64_t piece = 0;
+    uint64_t run = 0, run_len = 0, synced = 0;
     for (uint64_t off = 0; off < extent; off += PAGE) {
         size_t n = extent - off < PAGE ? (size_t)(extent - off) : PAGE;
-        if (!page_is_zero(heap + off, n))
-            memcpy(mirror + off, heap + off, n);
-        if (off + n - piece >= WRITEBACK_PIECE || off + n == extent) {
-            if (msync(mirror + piece, off + n - piece, MS_SYNC) != 0) /* (mirror is page aligned) */
+        bool zero = page_is_zero(heap + off, n);
+        if (run_len && (zero || run + run_len != off || run_len >= RUN_MAX)) {
+            int e = persist_write_file(fd, heap + run, run_len, off0 + run);
+            if (e)
+                return e;
+            run_len = 0;
+        }
+        if (!zero) {
+            if (!run_len)
+                run = off;
+            run_len += n;
+        }
+        if (off + n - synced >= WRITEBACK_PIECE || off + n == extent) {
+            if (run_len) {
+                int e = persist_write_file(fd, heap + run, run_len, off0 + run);
+                if (e)
+                    return e;
+                run_len = 0;
+            }
+            if (sync_file_range(fd, (off64_t)(off0 + synced), (off64_t)(off + n - synced),
+                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
+                errno != ENOSYS && errno != EINVAL)
                 return -errno;
-            piece = off + n;
+            synced = off + n;
         }
     }
     return 0;
 }
 
 /* The bytes of a data region that batches wrote (recovery restores only
- * those), and the bitmap that says which. */
-static void copy_data(char *mirror, uint8_t *bitmap_out, const char *data, const uint8_t *bits, uint64_t size)
+ * those), and the bitmap that says which, into the file. 0 or -errno. */
+static int copy_data(int fd, const pool_region *r, const char *data, const uint8_t *bits)
 {
-    memcpy(bitmap_out, bits, (size + 7) / 8);
+    uint64_t size = r->size;
+    char *mirror = calloc(1, size);
+    if (!mirror)
+        return -ENOMEM;
     for (uint64_t i = 0; i < size; i += 8) {
         uint8_t m = bits[i / 8];
         if (m == 0xff && i + 8 <= size) {
@@ -85,10 +110,16 @@ static void copy_data(char *mirror, uint8_t *bitmap_out, const char *data, const
             if (m & (1u << b))
                 mirror[i + b] = data[i + b];
     }
+    int e = persist_write_file(fd, mirror, size, r->mirror_offset);
+    if (!e)
+        e = persist_write_file(fd, bits, (size + 7) / 8, r->bitmap_offset);
+    free(mirror);
+    return e;
 }
 
-static int fill(void *arg, char *base, const pool_region *regs, unsigned n)
+static int fill(void *arg, char *base, int fd, const pool_region *regs, unsigned n)
 {
+    (void)base;
     const snapshot_src *s = arg;
     if (n != s->nregions)
         return mango_error(MANGO_ELAYOUT, "snapshot: the new pool has %u regions, the pool %u", n, s->nregions);
@@ -101,13 +132,12 @@ static int fill(void *arg, char *base, const pool_region *regs, unsigned n)
     }
     for (unsigned i = 0; i < n; i++) {
         const pool_region *r = &regs[i];
-        if (r->kind == POOL_REGION_HEAP) {
-            int e = copy_heap(base + r->mirror_offset, (const char *)(uintptr_t)r->vaddr, s->heap_bytes);
-            if (e)
-                return mango_error(MANGO_EIO, "mango_snapshot: writing the heap's copy: %s", strerror(-e));
-        } else
-            copy_data(base + r->mirror_offset, (uint8_t *)base + r->bitmap_offset, (const char *)(uintptr_t)r->vaddr,
-                      s->bits + s->bits_at[i], r->size);
+        int e = r->kind == POOL_REGION_HEAP
+                    ? copy_heap(fd, r->mirror_offset, (const char *)(uintptr_t)r->vaddr, s->heap_bytes)
+                    : copy_data(fd, r, (const char *)(uintptr_t)r->vaddr, s->bits + s->bits_at[i]);
+        if (e)
+            return mango_error(MANGO_EIO, "mango_snapshot: writing the %s's copy: %s",
+                               r->kind == POOL_REGION_HEAP ? "durable heap" : "executable's data", strerror(-e));
     }
     /* Test hook: the writer dies, or lingers, before its pool is synced. */
     const char *t = getenv("MANGO_TEST_SNAPSHOT");
@@ -199,6 +229,7 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     s.pp.fingerprint = h->fingerprint;
     s.pp.fingerprint_text = s.fingerprint_text;
     s.pp.fill = fill;
+    s.pp.sparse = true; /* a backup: only the state's bytes are written, as by `mango copy` */
     s.pp.fill_arg = &s;
     s.nregions = p->nregions;
     memcpy(s.regions, p->regions, sizeof s.regions);
