@@ -137,6 +137,39 @@ def bgsaves(port, every_s, stop, counts):
         return
 
 
+def pool_snapshots(port, every_s, stop, counts, work, epoch):
+    """Send MANGOSNAPSHOT to a new path every every_s seconds until stop is
+    set: kills land while a writer works. Its fork must not disturb the
+    server's log, and a snapshot path must only ever hold a complete pool
+    (checked after the run)."""
+    def command(*words):
+        msg = b"*%d\r\n" % len(words) + b"".join(b"$%d\r\n%s\r\n" % (len(w), w) for w in words)
+        with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+            s.sendall(msg)
+            return s.recv(256)
+    i = 0
+    try:
+        while not stop.wait(every_s):
+            i += 1
+            path = os.path.join(work, f"snap-{epoch}-{i}.pool").encode()
+            counts["scheduled" if command(b"MANGOSNAPSHOT", path).startswith(b"+") else "refused"] += 1
+    except OSError:
+        return
+
+
+def check_snapshots(work, cli):
+    """Every snapshot left in work must check as a pool: (complete, bad,
+    names of the bad ones, a dead writer's temporary files)."""
+    done = sorted(f for f in os.listdir(work) if re.fullmatch(r"snap-\d+-\d+\.pool", f))
+    bad = []
+    for f in done:
+        r = subprocess.run([cli, "check", "--quiet", os.path.join(work, f)], capture_output=True, text=True)
+        if r.returncode != 0:
+            bad.append(f"{f}: {r.stderr.strip()[:300]}")
+    tmp = [f for f in os.listdir(work) if re.fullmatch(r"snap-\d+-\d+\.pool\.tmp\.\d+", f)]
+    return len(done), len(bad), bad, len(tmp)
+
+
 HKEY_HASH, HKEY_PAIR, HKEY_TTL = 1000, 20000, 30000
 
 
@@ -642,7 +675,15 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--bgsave-ms", type=int, default=0,
                     help="send BGSAVE every N ms during each round (0: never): kills land during fork children")
+    ap.add_argument("--snapshot-ms", type=int, default=0,
+                    help="send MANGOSNAPSHOT (a new path each time) every N ms during each round (0: never); "
+                         "every snapshot left must then pass `mango check` (--mango-cli)")
+    ap.add_argument("--mango-cli", default=os.environ.get("MANGO_CLI", "mango"),
+                    help="the mango CLI, for --snapshot-ms (default $MANGO_CLI, else mango on PATH)")
     args = ap.parse_args()
+    if args.snapshot_ms and not shutil.which(args.mango_cli):
+        print(f"crash: --snapshot-ms needs the mango CLI: {args.mango_cli} not found", file=sys.stderr)
+        return 2
     for b in (args.server, args.clients):
         if not os.access(b, os.X_OK):
             print(f"crash: no executable {b}", file=sys.stderr)
@@ -654,8 +695,9 @@ def main():
         work = args.work
         os.makedirs(work, exist_ok=True)
         shutil.rmtree(os.path.join(work, "history"), ignore_errors=True)
-        for f in glob.glob(os.path.join(work, "server-*.log")) + glob.glob(os.path.join(work, "*.rdb")):
-            os.unlink(f)  # (an earlier run's BGSAVE file would be imported by the new pool)
+        for f in (glob.glob(os.path.join(work, "server-*.log")) + glob.glob(os.path.join(work, "*.rdb")) +
+                  glob.glob(os.path.join(work, "snap-*.pool*"))):
+            os.unlink(f)  # (an earlier run's BGSAVE file would be imported by the new pool; its snapshots counted)
     else:
         work = tempfile.mkdtemp(prefix="mango-redis-crash.")
     hist = os.path.join(work, "history")
@@ -684,6 +726,7 @@ def main():
     ops = 0
     startup_kills = startup_kills_unfinished = 0
     bgsave_counts = {"started": 0, "refused": 0}
+    snapshot_counts = {"scheduled": 0, "refused": 0}
     bad_replies = 0
     t_start = time.monotonic()
     kill_wall = None
@@ -715,6 +758,10 @@ def main():
             if args.bgsave_ms:
                 saver = threading.Thread(target=bgsaves, args=(server.port, args.bgsave_ms / 1000, saver_stop,
                                                               bgsave_counts))
+                saver.start()
+            elif args.snapshot_ms:
+                saver = threading.Thread(target=pool_snapshots, args=(server.port, args.snapshot_ms / 1000,
+                                                                      saver_stop, snapshot_counts, work, epoch))
                 saver.start()
             time.sleep(delay)
             server.kill()
@@ -753,13 +800,22 @@ def main():
         log("no checker (neither --lincheck nor --go): history not checked")
         lin = "unchecked"
     ok = lost == 0 and bad_replies == 0 and lin in ("true", "unchecked")
+    snap_note = ""
+    if args.snapshot_ms:
+        n_done, n_bad, bad_list, n_tmp = check_snapshots(work, args.mango_cli)
+        for b in bad_list:
+            log(f"snapshot does not check: {b}")
+        ok = ok and n_bad == 0
+        snap_note = (f"; MANGOSNAPSHOTs scheduled {snapshot_counts['scheduled']}, refused (one running) "
+                     f"{snapshot_counts['refused']}; snapshots left {n_done}, checked ok {n_done - n_bad}, "
+                     f"bad {n_bad}; killed writers' files {n_tmp}")
     log(f"{elapsed:.1f} s, ops={ops} bad_replies={bad_replies} startup_kills={startup_kills} "
         f"({startup_kills_unfinished} before recovery finished), logs in {hist}")
     log("acknowledged writes by kind: " + " ".join(f"{k}={v}" for k, v in sorted(model.kinds.items())) +
         f"; checked after restarts: {model.checked['ttl']} TTLs, {model.checked['short']} short-TTL keys, "
         f"{model.checked['list_elems']} list elements, {model.checked['queue_elems']} queue elements" +
         (f"; BGSAVEs started {bgsave_counts['started']}, refused (one running) {bgsave_counts['refused']}"
-         if args.bgsave_ms else ""))
+         if args.bgsave_ms else "") + snap_note)
     print(f"rounds={args.rounds} acked={model.acked} lost={lost} linearizable={lin} bad_replies={bad_replies}",
           flush=True)
     if ok and not args.keep and not args.work:
