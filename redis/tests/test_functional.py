@@ -961,6 +961,52 @@ def test_a_new_pool_imports_an_rdb_file(server_factory, mode, how):
     assert_same(after, snapshot(s, skip_dbs=(9,)), f"imported, then kill -9 ({mode})")
 
 
+def but_db5(snap):
+    """A snapshot() without database 5, where a writer's keys are checked one
+    by one (the digest covers db5 too: dropped)."""
+    out = {k: v for k, v in snap.items() if k != "digest"}
+    out["keyspace"] = [e for e in snap["keyspace"] if e[0] != "db5"]
+    return out
+
+
+def loaded_for_a_backup(s):
+    """The core data set and 20 000 keys in database 9, once the short TTLs
+    have expired: the snapshot() a backup must hold (but database 5)."""
+    facts = load_core(s)
+    assert s.client(9).execute_command("DEBUG", "POPULATE", 20000, "pop", 100) in (b"OK", "OK", True)
+    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
+    return but_db5(snapshot(s, skip_dbs=(5, 9)))
+
+
+class KeyWriter:
+    """A client writing w:1, w:2, ... to database 5 until stop(); acked is
+    the last acknowledged i."""
+
+    def __init__(self, server):
+        self.acked, self.errors = 0, []
+        self._stop = threading.Event()
+        self._w = server.client(5)
+        self._t = threading.Thread(target=self._run)
+        self._t.start()
+        wait_until(lambda: self.acked > 200, what="writes to begin")
+
+    def _run(self):
+        i = 0
+        try:
+            while not self._stop.is_set():
+                i += 1
+                assert self._w.set(f"w:{i}", i)
+                self.acked = i
+        except Exception as e:  # reported by stop()
+            self.errors.append(e)
+
+    def stop(self):
+        self._stop.set()
+        self._t.join()
+        assert not self.errors, self.errors
+        return self.acked
+
+
 @pytest.mark.parametrize("mode", ["emulated", "fs"])
 def test_bgsave_backs_up_a_busy_server(server_factory, mode):
     """Backing up a running server (docs/redis.md, "Backups"): BGSAVE forks a
@@ -973,44 +1019,17 @@ def test_bgsave_backs_up_a_busy_server(server_factory, mode):
     the data set as it was, and every write acknowledged before BGSAVE was
     answered."""
     s = server_factory(mode)
-    facts = load_core(s)
     r = s.client()
-    assert s.client(9).execute_command("DEBUG", "POPULATE", 20000, "pop", 100) in (b"OK", "OK", True)
-    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
-
-    def but_db5(snap):  # the writer's database: its keys are checked one by one
-        out = {k: v for k, v in snap.items() if k != "digest"}  # (the digest covers db5 too)
-        out["keyspace"] = [e for e in snap["keyspace"] if e[0] != "db5"]
-        return out
-
-    before = but_db5(snapshot(s, skip_dbs=(5, 9)))
-    acked, stop, errors = [0], threading.Event(), []
-
-    def writer():
-        w = s.client(5)
-        i = 0
-        try:
-            while not stop.is_set():
-                i += 1
-                assert w.set(f"w:{i}", i)
-                acked[0] = i
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    wait_until(lambda: acked[0] > 200, what="writes to begin")
-    at_bgsave = acked[0]
+    before = loaded_for_a_backup(s)
+    w = KeyWriter(s)
+    at_bgsave = w.acked
     assert r.bgsave()
     wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 0, timeout=60, what="BGSAVE to end")
     info = r.info("persistence")
     assert info["rdb_last_bgsave_status"] == "ok", info
-    after_bgsave = acked[0]
-    wait_until(lambda: acked[0] > after_bgsave + 200, what="writes after the BGSAVE")
-    stop.set()
-    t.join()
-    assert not errors, errors
-    total = acked[0]
+    after_bgsave = w.acked
+    wait_until(lambda: w.acked > after_bgsave + 200, what="writes after the BGSAVE")
+    total = w.stop()
 
     s.restart("kill")
     w = s.client(5)
@@ -1114,17 +1133,8 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
     and a prefix of the writer's keys (a point between batches); the
     original loses nothing after a kill -9. An existing path is refused."""
     s = server_factory(mode)
-    facts = load_core(s)
     r = s.client()
-    assert s.client(9).execute_command("DEBUG", "POPULATE", 20000, "pop", 100) in (b"OK", "OK", True)
-    wait_until(lambda: now_ms() > facts["t_short"] + 20, what="ttl:short to expire")
-
-    def but_db5(snap):  # the writer's database: checked key by key
-        out = {k: v for k, v in snap.items() if k != "digest"}
-        out["keyspace"] = [e for e in snap["keyspace"] if e[0] != "db5"]
-        return out
-
-    before = but_db5(snapshot(s, skip_dbs=(5, 9)))
+    before = loaded_for_a_backup(s)
     taken = os.path.join(s.dir, "backup.pool")
     with open(os.path.join(s.dir, "exists"), "w") as f:
         f.write("x")
@@ -1132,35 +1142,17 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
         r.execute_command("MANGOSNAPSHOT", os.path.join(s.dir, "exists"))
     with pytest.raises(ResponseError, match="wrong number of arguments"):
         r.execute_command("MANGOSNAPSHOT")
-    acked, stop, errors = [0], threading.Event(), []
-
-    def writer():
-        w = s.client(5)
-        i = 0
-        try:
-            while not stop.is_set():
-                i += 1
-                assert w.set(f"w:{i}", i)
-                acked[0] = i
-        except Exception as e:  # reported below
-            errors.append(e)
-
-    t = threading.Thread(target=writer)
-    t.start()
-    wait_until(lambda: acked[0] > 200, what="writes to begin")
-    at_command = acked[0]
+    writer = KeyWriter(s)
+    at_command = writer.acked
     assert r.execute_command("MANGOSNAPSHOT", taken) in (b"Background pool snapshot scheduled",
                                                           "Background pool snapshot scheduled", True)
     wait_until(lambda: r.info("mangosteen")["mango_snapshot_in_progress"] == 0, timeout=60, what="the snapshot")
     info = r.info("mangosteen")
     assert info["mango_snapshot_last_status"] == "ok", info
     assert info["mango_snapshot_last_path"] == taken and info["mango_snapshot_last_heap_bytes"] > 0, info
-    after = acked[0]
-    wait_until(lambda: acked[0] > after + 200, what="writes after the snapshot")
-    stop.set()
-    t.join()
-    assert not errors, errors
-    total = acked[0]
+    after = writer.acked
+    wait_until(lambda: writer.acked > after + 200, what="writes after the snapshot")
+    total = writer.stop()
     assert re.search(r"Mangosteen: pool snapshot .* done", s.logtext()), s.logtext()[-2000:]
 
     s.restart("kill")
