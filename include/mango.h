@@ -403,7 +403,7 @@ int mango_scratch(const void *addr, size_t len);
 /* Snapshot: an online backup. Writes a new pool at path holding the durable
  * state as it is at one point between batches, while the application goes
  * on: the write side is held only to wait until every batch so far is
- * durable and applied to the mirror, and to fork() a writer process; the
+ * durable, and to fork() a writer process; the
  * writer copies the durable heap (up to the allocator's top) and the
  * executable's durable data from its copy-on-write image, syncs the new
  * pool and only then gives it its name (a crash or a killed writer leaves
@@ -427,7 +427,7 @@ int mango_scratch(const void *addr, size_t len);
  * so leave room for a pool's size at path. */
 typedef struct mango_snapshot_info {
     uint64_t heap_bytes;  /* the durable heap's extent copied */
-    double pause_seconds; /* the write side held: wait for durability and the mirror, fork */
+    double pause_seconds; /* the write side held: wait for durability, fork */
     double seconds;       /* the whole call */
 } mango_snapshot_info;
 int mango_snapshot(const char *path, mango_snapshot_info *info);
@@ -438,13 +438,16 @@ int mango_snapshot(const char *path, mango_snapshot_info *info);
  * which ends the job (info as above). mango_snapshot_cancel stops a writer
  * (SIGKILL), removes its temporary file and ends the job; call it before
  * exiting with a snapshot running (a writer whose process is gone is
- * killed, but its temporary file stays until the next snapshot to that
+ * stopped, but its temporary file stays until the next snapshot to that
  * path). The writer is a child process: a SIGCHLD handler or a waitpid(-1)
  * of the application may reap it, which the result does not depend on. */
 typedef struct mango_snapshot_job mango_snapshot_job;
 int mango_snapshot_start(const char *path, mango_snapshot_job **job);
 int mango_snapshot_poll(mango_snapshot_job *job, bool wait, mango_snapshot_info *info);
 void mango_snapshot_cancel(mango_snapshot_job *job);
+/* (The writer stops by itself once the process that started it is gone.
+ * In a fork() child, poll is refused and cancel does nothing: the writer
+ * is the parent's.) */
 
 /* ABI for the mango-cc compiler plugin: true on a thread while it runs a
  * read-write batch. Instrumented stores test it inline and call

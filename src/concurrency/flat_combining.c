@@ -461,6 +461,18 @@ int fc_exclusive_begin(fc *f)
     return r;
 }
 
+int fc_execute_locked(fc *f, void (*fn)(void *), void *arg)
+{
+    if (!f || !fn)
+        return MANGO_EINVAL;
+    while (!wr_try_acquire(f))
+        fw_wait_while_eq(&f->wrflag, &f->wrwaiters, 1);
+    drain_readers(f, false);
+    fn(arg);
+    wr_release(f);
+    return MANGO_OK;
+}
+
 int fc_exclusive_end(fc *f)
 {
     int r = hook_end(f, NULL);

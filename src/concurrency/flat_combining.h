@@ -73,6 +73,10 @@ int fc_submit(fc *f, void *ctx, uint64_t *ticket, bool hand_over);
 /* Run fn(arg) alone, as if it were a one-command read-write batch (used for
  * the application's init_state and for shutdown). */
 int fc_execute_exclusive(fc *f, void (*fn)(void *), void *arg);
+/* Run fn(arg) holding the write side, with no batch: no hook runs, nothing
+ * is captured or committed (a snapshot's fork, which must see the state
+ * between batches). MANGO_OK, or MANGO_EINVAL. */
+int fc_execute_locked(fc *f, void (*fn)(void *), void *arg);
 
 /* The same as a span: take the write side and run batch_begin; the caller runs
  * its commands; fc_exclusive_end runs batch_end (ticket NULL), releases,

@@ -85,7 +85,7 @@ static bool process_gone(pid_t pid)
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return errno == ENOENT;
+        return false; /* (kill() found it: no /proc here, or another PID namespace's) */
     ssize_t n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0)

@@ -252,6 +252,14 @@ static void before_fork(void)
     pthread_mutex_unlock(&cow.mu);
 }
 
+bool recovery_heap_still_shared(void)
+{
+    pthread_mutex_lock(&cow.mu);
+    bool shared = cow.len != 0;
+    pthread_mutex_unlock(&cow.mu);
+    return shared;
+}
+
 void recovery_heap_unmapped(void)
 {
     pthread_mutex_lock(&cow.mu);

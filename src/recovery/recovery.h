@@ -63,5 +63,9 @@ int recovery_restore(pool *p, unsigned threads, recovery_report *rep);
 /* The heap reservation that recovery_restore mapped was unmapped or replaced:
  * forget it (the fork handler would otherwise touch the range). */
 void recovery_heap_unmapped(void);
+/* Is a restored heap still mapped shared with the pool file? (After a
+ * fork: making it private failed, so the child sees the pool's later
+ * writes in pages the parent has not written.) */
+bool recovery_heap_still_shared(void);
 
 #endif

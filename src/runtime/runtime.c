@@ -903,8 +903,10 @@ struct mango_snapshot_job {
 
 static double now_s(void) { return (double)now_ns() / 1e9; }
 
-/* Under the write side: every batch so far durable, then fork (the bits of
- * .data/.bss the backend has not applied yet come from the log). */
+/* Holding the write side, between batches (no batch is open: nothing of
+ * a batch not yet committed is in the child's image): every batch so far
+ * durable, then fork (the bits of .data/.bss the backend has not applied
+ * yet come from the log). */
 static void snapshot_exclusive(void *arg)
 {
     mango_snapshot_job *j = arg;
@@ -912,6 +914,13 @@ static void snapshot_exclusive(void *arg)
     uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
         rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, &j->job);
+    if (rc == MANGO_OK && recovery_heap_still_shared()) {
+        /* The fork could not make a restored heap private (recovery.c says
+         * so on stderr): the child would see the pool's later writes. */
+        snapshot_cancel(&j->job);
+        rc = mango_error(MANGO_ENOMEM, "mango_snapshot: the restored heap could not be made private at the fork "
+                         "(memory short?): the writer would see later batches; nothing was written");
+    }
     j->held_until = now_s();
     j->rc = rc;
 }
@@ -942,7 +951,7 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
         return mango_error(MANGO_ENOMEM, "mango_snapshot: no memory for the job");
     j->path = path;
     j->t0 = t0;
-    int rc = fc_execute_exclusive(rt.fc, snapshot_exclusive, j);
+    int rc = fc_execute_locked(rt.fc, snapshot_exclusive, j);
     if (rc == MANGO_OK)
         rc = j->rc;
     j->path = NULL; /* (the caller's string: only needed until the fork) */
@@ -960,6 +969,8 @@ int mango_snapshot_poll(mango_snapshot_job *j, bool wait, mango_snapshot_info *i
 {
     if (!j)
         return mango_error(MANGO_EINVAL, "mango_snapshot_poll: no job");
+    if (forked_child)
+        return refused_in_child("mango_snapshot_poll");
     int rc = snapshot_finish(&j->job, wait);
     if (rc == MANGO_EAGAIN)
         return rc;
@@ -974,7 +985,7 @@ int mango_snapshot_poll(mango_snapshot_job *j, bool wait, mango_snapshot_info *i
 
 void mango_snapshot_cancel(mango_snapshot_job *j)
 {
-    if (!j)
+    if (!j || forked_child) /* (the writer is the parent's, not this child's) */
         return;
     snapshot_cancel(&j->job);
     free(j);

@@ -11,7 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,13 +31,13 @@ typedef struct snapshot_src {
     const uint8_t *bits; /* every data region's written-bytes bitmap, in region order */
     uint64_t bits_at[POOL_MAX_REGIONS];
     uint64_t heap_bytes;
+    pid_t parent; /* the process that started it: gone, the writer stops */
 } snapshot_src;
 
-/* The child's report on the pipe: one write, below PIPE_BUF. */
-typedef struct snapshot_report {
-    int32_t rc;
-    char message[1020];
-} snapshot_report;
+/* The writer stops once the process that started it is gone (it would
+ * otherwise go on writing for nobody). Polled: PR_SET_PDEATHSIG follows
+ * the thread that forked, not the process. */
+static bool parent_gone(const snapshot_src *s) { return getppid() != s->parent; }
 
 static uint64_t bitmap_bytes(const pool_region *r) { return (r->size + 7) / 8; }
 
@@ -60,7 +59,7 @@ static bool page_is_zero(const char *b, size_t n)
  * holes (they read as zeros), with pwrite (a full file system is ENOSPC
  * here, where a store into a mapping of a sparse file is SIGBUS). 0 or
  * -errno. */
-static int copy_heap(int fd, uint64_t off0, const char *heap, uint64_t extent)
+static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *heap, uint64_t extent)
 {
     uint64_t run = 0, run_len = 0, synced = 0;
     for (uint64_t off = 0; off < extent; off += PAGE) {
@@ -89,6 +88,8 @@ static int copy_heap(int fd, uint64_t off0, const char *heap, uint64_t extent)
                 errno != ENOSYS && errno != EINVAL)
                 return -errno;
             synced = off + n;
+            if (parent_gone(s))
+                return -ECHILD;
         }
     }
     return 0;
@@ -135,8 +136,10 @@ static int fill(void *arg, char *base, int fd, const pool_region *regs, unsigned
     for (unsigned i = 0; i < n; i++) {
         const pool_region *r = &regs[i];
         int e = r->kind == POOL_REGION_HEAP
-                    ? copy_heap(fd, r->mirror_offset, (const char *)(uintptr_t)r->vaddr, s->heap_bytes)
+                    ? copy_heap(s, fd, r->mirror_offset, (const char *)(uintptr_t)r->vaddr, s->heap_bytes)
                     : copy_data(fd, r, (const char *)(uintptr_t)r->vaddr, s->bits + s->bits_at[i]);
+        if (e == -ECHILD)
+            return mango_error(MANGO_EIO, "mango_snapshot: the process that started it is gone");
         if (e)
             return mango_error(MANGO_EIO, "mango_snapshot: writing the %s's copy: %s",
                                r->kind == POOL_REGION_HEAP ? "durable heap" : "executable's data", strerror(-e));
@@ -145,12 +148,14 @@ static int fill(void *arg, char *base, int fd, const pool_region *regs, unsigned
     const char *t = getenv("MANGO_TEST_SNAPSHOT");
     if (t && strcmp(t, "kill") == 0)
         raise(SIGKILL);
-    if (t && strcmp(t, "stall") == 0)
-        sleep(30);
+    for (int i = 0; t && strcmp(t, "stall") == 0 && i < 300 && !parent_gone(s); i++)
+        usleep(100000); /* (30 s at most) */
+    if (parent_gone(s))
+        return mango_error(MANGO_EIO, "mango_snapshot: the process that started it is gone");
     return MANGO_OK;
 }
 
-static void child_main(snapshot_src *s, const char *path, int report_fd, pid_t parent)
+static void child_main(snapshot_src *s, const char *path, int report_fd)
 {
     /* The application's handlers are not the writer's: a signal ends it
      * (its temporary file is then removed by the parent), and so does the
@@ -159,8 +164,7 @@ static void child_main(snapshot_src *s, const char *path, int report_fd, pid_t p
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
     signal(SIGPIPE, SIG_IGN);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent)
+    if (parent_gone(s))
         _exit(1);
     /* Nothing of the application's stays open here but stdin/out/err: a
      * listening socket kept by a writer would refuse a restarted server its
@@ -168,6 +172,15 @@ static void child_main(snapshot_src *s, const char *path, int report_fd, pid_t p
     if (report_fd != 3) {
         if (dup2(report_fd, 3) != 3)
             _exit(1);
+        if (report_fd < 3) { /* a process without stdin/out/err: keep the slot off the pipe */
+            int null = open("/dev/null", O_RDWR);
+            if (null < 0 || dup2(null, report_fd) != report_fd)
+                _exit(1);
+            if (null > 3)
+                close(null);
+        } else {
+            close(report_fd);
+        }
         report_fd = 3;
     }
     if (close_range(4, ~0u, 0) != 0)
@@ -287,11 +300,11 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
             munmap(bits, bits_len);
         return mango_error(MANGO_EIO, "mango_snapshot: pipe: %s", strerror(e));
     }
-    pid_t parent = getpid();
+    s.parent = getpid();
     pid_t pid = fork();
     if (pid == 0) {
         close(pfd[0]);
-        child_main(&s, path, pfd[1], parent);
+        child_main(&s, path, pfd[1]);
     }
     int e = errno;
     if (bits)
@@ -304,6 +317,8 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     job->pid = pid;
     job->result_fd = pfd[0];
     snprintf(job->tmp_path, sizeof job->tmp_path, "%s.tmp.%d", path, (int)pid); /* pool_create's name */
+    snprintf(job->path, sizeof job->path, "%s", path);
+    job->reported = false;
     job->heap_bytes = s.heap_bytes;
     return MANGO_OK;
 }
@@ -322,41 +337,51 @@ int snapshot_started(snapshot_job *job)
 
 int snapshot_finish(snapshot_job *job, bool wait)
 {
-    snapshot_report r;
-    if (!wait) {
-        struct pollfd pf = {.fd = job->result_fd, .events = POLLIN};
-        int n = poll(&pf, 1, 0);
-        if (n == 0 || (n < 0 && errno == EINTR))
-            return MANGO_EAGAIN;
+    if (!job->reported) {
+        if (!wait) {
+            struct pollfd pf = {.fd = job->result_fd, .events = POLLIN};
+            int n = poll(&pf, 1, 0);
+            if (n == 0 || (n < 0 && errno == EINTR))
+                return MANGO_EAGAIN;
+        }
+        size_t got = 0;
+        snapshot_report *r = &job->report;
+        while (got < sizeof *r) {
+            ssize_t n = read(job->result_fd, (char *)r + got, sizeof *r - got);
+            if (n < 0 && errno == EINTR)
+                continue;
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+        }
+        close(job->result_fd);
+        job->result_fd = -1;
+        job->reported = true;
+        job->got_report = got == sizeof *r;
     }
-    size_t got = 0;
-    while (got < sizeof r) {
-        ssize_t n = read(job->result_fd, (char *)&r + got, sizeof r - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    close(job->result_fd);
-    job->result_fd = -1;
+    /* Reaped, without waiting in a poll: a writer that reported may take a
+     * while to exit (its copy of a big heap is torn down). */
     int st = 0;
     pid_t w;
-    while ((w = waitpid(job->pid, &st, 0)) < 0 && errno == EINTR)
+    while ((w = waitpid(job->pid, &st, wait ? 0 : WNOHANG)) < 0 && errno == EINTR)
         ;
-    if (got == sizeof r) {
-        if (r.rc != MANGO_OK)
-            return mango_error(r.rc, "%s", r.message);
+    if (w == 0)
+        return MANGO_EAGAIN;
+    if (job->got_report) {
+        if (job->report.rc != MANGO_OK)
+            return mango_error(job->report.rc, "%s", job->report.message);
         return MANGO_OK;
     }
     /* The writer died before it reported: its temporary file is left. */
     unlink(job->tmp_path);
+    const char *left = access(job->path, F_OK) == 0
+                           ? "; it may have finished just before: check the snapshot's path with mango check"
+                           : "; nothing was left at the snapshot's path";
     if (w == job->pid && WIFSIGNALED(st))
-        return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) was killed by signal %d; nothing was "
-                           "left at the snapshot's path", (int)job->pid, WTERMSIG(st));
-    return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) ended without a report (%s); nothing was "
-                       "left at the snapshot's path", (int)job->pid,
-                       w == job->pid ? "its exit status is not 0" : "another part of the process reaped it");
+        return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) was killed by signal %d%s", (int)job->pid,
+                           WTERMSIG(st), left);
+    return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) ended without a report (%s)%s", (int)job->pid,
+                       w == job->pid ? "its exit status is not 0" : "another part of the process reaped it", left);
 }
 
 void snapshot_cancel(snapshot_job *job)

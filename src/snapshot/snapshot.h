@@ -15,7 +15,8 @@
  *
  * Opening the snapshot recovers it like a pool that was shut down cleanly
  * at that point. A writer that dies leaves "<path>.tmp.<pid>", which the
- * next creation at that path removes (pool_remove_abandoned).
+ * next creation at that path removes (pool_remove_abandoned); a writer
+ * whose process is gone stops at its next 2 MiB piece.
  */
 #ifndef MANGO_SNAPSHOT_H
 #define MANGO_SNAPSHOT_H
@@ -27,11 +28,21 @@
 #include "log/redo_log.h"
 #include "pool/pool.h"
 
+/* The writer's report on the pipe: one write, below PIPE_BUF. */
+typedef struct snapshot_report {
+    int32_t rc;
+    char message[1020];
+} snapshot_report;
+
 typedef struct snapshot_job {
     pid_t pid;     /* the writer (a fork() child) */
     int result_fd; /* its report: a status and a message */
     uint64_t heap_bytes; /* the durable heap's extent it copies */
     char tmp_path[4200]; /* where it builds the pool: removed if it dies */
+    char path[4200];     /* the snapshot's (for messages) */
+    bool reported;       /* its report is read (got_report: whole), the writer not yet reaped */
+    bool got_report;
+    snapshot_report report;
 } snapshot_job;
 
 /* On the thread holding the write side, every frame of log committed (the

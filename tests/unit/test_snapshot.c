@@ -18,9 +18,9 @@
  *      original pool recovers everything.
  *   2. errors: an existing path (left unchanged), inside a batch, in a fork()
  *      child, a writer that dies (MANGO_EIO, nothing left at the path).
- *   3. a process killed while its writer works: the writer dies with it,
- *      nothing is at the path, the pool restarts at once, and the next
- *      snapshot to that path removes the writer's leftover.
+ *   3. a process killed while its writer works: the writer stops (it
+ *      polls for its parent), nothing is at the path, the pool restarts at
+ *      once, and the next snapshot to that path succeeds with no leftover.
  *   4. a big batch (20 000 .bss blocks, through the big-batch file) just
  *      committed when the snapshot is taken: every byte it set is in it.
  * And before mango_init, and in mode none: MANGO_EINVAL. */
