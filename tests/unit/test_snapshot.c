@@ -270,6 +270,19 @@ static void online_snapshot(const char *self, const char *mode, const char *pool
     (void)self;
 }
 
+typedef struct start_args {
+    const char *path;
+    mango_snapshot_job *job;
+    int rc;
+} start_args;
+
+static void *start_snapshot(void *arg)
+{
+    start_args *a = arg;
+    a->rc = mango_snapshot_start(a->path, &a->job);
+    return NULL;
+}
+
 static void errors(const char *mode, const char *pool, const char *snap)
 {
     unlink(pool);
@@ -339,6 +352,19 @@ static void errors(const char *mode, const char *pool, const char *snap)
         CHECK(leftovers(snap) == 0);
     }
     CHECK(mango_snapshot_start(snap, NULL) == MANGO_EINVAL);
+    /* Started on a thread that then exits, finished on this one: the
+     * writer outlives the thread that forked it. */
+    pthread_t starter;
+    start_args sa2 = {.path = snap};
+    pthread_create(&starter, NULL, start_snapshot, &sa2);
+    pthread_join(starter, NULL);
+    CHECK(sa2.rc == MANGO_OK && sa2.job);
+    if (sa2.job) {
+        rc = mango_snapshot_poll(sa2.job, true, NULL);
+        printf("%s: a snapshot whose starting thread exited: %d %s\n", mode, rc, rc ? mango_last_error() : "");
+        CHECK(rc == MANGO_OK && exists(snap));
+    }
+    unlink(snap);
     /* And the runtime goes on. */
     CHECK(mango_client_cmd(NULL) == 0);
     CHECK(mango_snapshot(snap, NULL) == MANGO_OK);
