@@ -425,6 +425,10 @@ int mango_scratch(const void *addr, size_t len);
  * NULL) gets the heap bytes copied, how long the write side was held and
  * the whole call's time. The heap's bytes are also written to disk once,
  * so leave room for a pool's size at path. */
+/* MANGO_SNAPSHOT_MBPS=N paces the writer's copy of the heap to N MB/s
+ * (default: not paced, as fast as the disk takes it, which on a shared
+ * device slows the application's log syncs meanwhile); a value that is not
+ * 0..100000 fails the call with MANGO_EINVAL. */
 typedef struct mango_snapshot_info {
     uint64_t heap_bytes;  /* the durable heap's extent copied */
     double pause_seconds; /* the write side held: wait for durability, fork */

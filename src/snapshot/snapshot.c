@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "alloc/durable_heap.h"
@@ -32,6 +33,7 @@ typedef struct snapshot_src {
     uint64_t bits_at[POOL_MAX_REGIONS];
     uint64_t heap_bytes;
     pid_t parent; /* the process that started it: gone, the writer stops */
+    uint64_t bytes_per_s; /* MANGO_SNAPSHOT_MBPS: the heap's copy paced to this (0: not paced) */
 } snapshot_src;
 
 /* The writer stops once the process that started it is gone (it would
@@ -59,9 +61,17 @@ static bool page_is_zero(const char *b, size_t n)
  * holes (they read as zeros), with pwrite (a full file system is ENOSPC
  * here, where a store into a mapping of a sparse file is SIGBUS). 0 or
  * -errno. */
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
 static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *heap, uint64_t extent)
 {
-    uint64_t run = 0, run_len = 0, synced = 0;
+    uint64_t run = 0, run_len = 0, synced = 0, written = 0;
+    double t0 = mono_s();
     for (uint64_t off = 0; off < extent; off += PAGE) {
         size_t n = extent - off < PAGE ? (size_t)(extent - off) : PAGE;
         bool zero = page_is_zero(heap + off, n);
@@ -75,6 +85,7 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
             if (!run_len)
                 run = off;
             run_len += n;
+            written += n;
         }
         if (off + n - synced >= WRITEBACK_PIECE || off + n == extent) {
             if (run_len) {
@@ -90,6 +101,9 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
             synced = off + n;
             if (parent_gone(s))
                 return -ECHILD;
+            double ahead = s->bytes_per_s ? (double)written / (double)s->bytes_per_s - (mono_s() - t0) : 0;
+            if (ahead > 0) /* paced: the application's own writes keep most of the disk */
+                usleep((useconds_t)(ahead * 1e6));
         }
     }
     return 0;
@@ -231,10 +245,30 @@ static int mark_frame(void *arg, const log_frame *f, const log_entry *e)
     return MANGO_OK;
 }
 
+/* MANGO_SNAPSHOT_MBPS: unset, empty or 0 (not paced), or 1..100000. */
+static int pace_of(uint64_t *bytes_per_s)
+{
+    *bytes_per_s = 0;
+    const char *env = getenv("MANGO_SNAPSHOT_MBPS");
+    if (!env || !*env)
+        return MANGO_OK;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(env, &end, 10);
+    if (errno || *end || env[0] == '-' || v > 100000)
+        return mango_error(MANGO_EINVAL, "MANGO_SNAPSHOT_MBPS=%s: expected 0 (a snapshot's writer is not paced) or "
+                           "its pace in MB/s, 1 to 100000", env);
+    *bytes_per_s = v * 1000000ull;
+    return MANGO_OK;
+}
+
 int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, snapshot_job *job)
 {
     snapshot_src s;
     memset(&s, 0, sizeof s);
+    int prc = pace_of(&s.bytes_per_s);
+    if (prc != MANGO_OK)
+        return prc;
     const pool_header *h = p->hdr;
     snprintf(s.fingerprint_text, sizeof s.fingerprint_text, "%s", h->fingerprint_text);
     s.pp.pool_size = h->pool_size;

@@ -352,6 +352,14 @@ static void errors(const char *mode, const char *pool, const char *snap)
         CHECK(leftovers(snap) == 0);
     }
     CHECK(mango_snapshot_start(snap, NULL) == MANGO_EINVAL);
+    /* MANGO_SNAPSHOT_MBPS: a pace, or refused before anything starts. */
+    setenv("MANGO_SNAPSHOT_MBPS", "fast", 1);
+    rc = mango_snapshot(snap, NULL);
+    CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_SNAPSHOT_MBPS") && !exists(snap));
+    setenv("MANGO_SNAPSHOT_MBPS", "50", 1);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_OK && exists(snap));
+    unsetenv("MANGO_SNAPSHOT_MBPS");
+    unlink(snap);
     /* Started on a thread that then exits, finished on this one: the
      * writer outlives the thread that forked it. */
     pthread_t starter;
