@@ -56,6 +56,16 @@ void mangoSnapshotCommand(client *c)
         addReplyErrorFormat(c, "%s exists: a pool snapshot never replaces a file", path);
         return;
     }
+    /* Its folder, now, rather than from the writer later (INFO, the log). */
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash == dir ? (void)(dir[1] = 0) : (void)(*slash = 0);
+    if (access(slash ? dir : ".", W_OK | X_OK) != 0) {
+        addReplyErrorFormat(c, "cannot write a pool snapshot in %s: %s", slash ? dir : ".", strerror(errno));
+        return;
+    }
     pending = sdsnew(path);
     addReplyStatus(c, "Background pool snapshot scheduled");
 }

@@ -1142,6 +1142,9 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
         r.execute_command("MANGOSNAPSHOT", os.path.join(s.dir, "exists"))
     with pytest.raises(ResponseError, match="wrong number of arguments"):
         r.execute_command("MANGOSNAPSHOT")
+    with pytest.raises(ResponseError, match="cannot write a pool snapshot in .*no-such-dir"):
+        r.execute_command("MANGOSNAPSHOT", os.path.join(s.dir, "no-such-dir", "backup.pool"))
+    assert r.info("mangosteen")["mango_snapshot_last_status"] == "none"
     writer = KeyWriter(s)
     at_command = writer.acked
     assert r.execute_command("MANGOSNAPSHOT", taken) in (b"Background pool snapshot scheduled",
