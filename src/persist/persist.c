@@ -584,6 +584,16 @@ int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
     return 0;
 }
 
+int persist_writeback(int fd, uint64_t off, uint64_t len, const char *where)
+{
+    (void)where;
+    if (sync_file_range(fd, (off64_t)off, (off64_t)len,
+                        SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
+        errno != ENOSYS && errno != EINVAL)
+        return -errno;
+    return 0;
+}
+
 int persist_sync_directory(const char *dir, const char *where)
 {
     (void)where;

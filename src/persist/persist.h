@@ -145,6 +145,14 @@ int persist_stage_file(const persist_domain *d, int *fd);
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where);
 int persist_sync_directory(const char *dir, const char *where);
 
+/* Start writing [off, off + len) of fd back to the device and wait for it
+ * (sync_file_range): not an ordering point (no device cache flush, no
+ * metadata; a later persist_sync_new_file makes the file durable), only a
+ * bound on the dirty pages a large writer queues in front of other syncs (a
+ * snapshot's writer). Where the kernel or file system lacks it, nothing.
+ * 0 or -errno. */
+int persist_writeback(int fd, uint64_t off, uint64_t len, const char *where);
+
 /* Counters (atomic). */
 uint64_t persist_sync_count(void);
 

@@ -71,12 +71,8 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
     return MANGO_OK;
 }
 
-/* pool.h. Whose process is gone, and whose file nobody holds locked (a
- * creator locks its file at once; the lock also covers a creator in another
- * PID namespace, which kill() cannot see). Best effort: a file that cannot
- * be examined is left alone. */
 /* No such process, or only its exit status is left (a zombie: a writer
- * killed with its parent stays one until its new parent reaps it). */
+ * whose parent died stays one until its new parent reaps it). */
 static bool process_gone(pid_t pid)
 {
     if (kill(pid, 0) != 0)
@@ -95,6 +91,10 @@ static bool process_gone(pid_t pid)
     return close_paren && (close_paren[2] == 'Z' || close_paren[2] == 'X');
 }
 
+/* pool.h. Whose process is gone, and whose file nobody holds locked (a
+ * creator locks its file at once; the lock also covers a creator in another
+ * PID namespace, which kill() cannot see). Best effort: a file that cannot
+ * be examined is left alone. */
 void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn removed)
 {
     /* The directory and file name (libgen's functions may write to their

@@ -907,7 +907,7 @@ static double now_s(void) { return (double)now_ns() / 1e9; }
  * a batch not yet committed is in the child's image): every batch so far
  * durable, then fork (the bits of .data/.bss the backend has not applied
  * yet come from the log). */
-static void snapshot_exclusive(void *arg)
+static void snapshot_locked(void *arg)
 {
     mango_snapshot_job *j = arg;
     int rc = drain_pipeline();
@@ -951,7 +951,7 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
         return mango_error(MANGO_ENOMEM, "mango_snapshot: no memory for the job");
     j->path = path;
     j->t0 = t0;
-    int rc = fc_execute_locked(rt.fc, snapshot_exclusive, j);
+    int rc = fc_execute_locked(rt.fc, snapshot_locked, j);
     if (rc == MANGO_OK)
         rc = j->rc;
     j->path = NULL; /* (the caller's string: only needed until the fork) */

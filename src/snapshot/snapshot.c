@@ -57,10 +57,6 @@ static bool page_is_zero(const char *b, size_t n)
 #define WRITEBACK_PIECE (2u << 20)
 #define RUN_MAX (1u << 20)
 
-/* The heap up to its top into the file at off, all-zero pages left as
- * holes (they read as zeros), with pwrite (a full file system is ENOSPC
- * here, where a store into a mapping of a sparse file is SIGBUS). 0 or
- * -errno. */
 static double mono_s(void)
 {
     struct timespec ts;
@@ -68,6 +64,10 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The heap up to its top into the file at off0, all-zero pages left as
+ * holes (they read as zeros), with pwrite (a full file system is ENOSPC
+ * here, where a store into a mapping of a sparse file is SIGBUS): runs of
+ * non-zero pages, written back a piece at a time. 0 or -errno. */
 static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *heap, uint64_t extent)
 {
     uint64_t run = 0, run_len = 0, synced = 0, written = 0;
@@ -75,36 +75,36 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
     for (uint64_t off = 0; off < extent; off += PAGE) {
         size_t n = extent - off < PAGE ? (size_t)(extent - off) : PAGE;
         bool zero = page_is_zero(heap + off, n);
-        if (run_len && (zero || run + run_len != off || run_len >= RUN_MAX)) {
-            int e = persist_write_file(fd, heap + run, run_len, off0 + run);
-            if (e)
-                return e;
-            run_len = 0;
-        }
+        bool piece_end = off + n - synced >= WRITEBACK_PIECE || off + n == extent;
         if (!zero) {
-            if (!run_len)
-                run = off;
-            run_len += n;
-            written += n;
-        }
-        if (off + n - synced >= WRITEBACK_PIECE || off + n == extent) {
-            if (run_len) {
+            if (run_len && (run + run_len != off || run_len >= RUN_MAX)) {
                 int e = persist_write_file(fd, heap + run, run_len, off0 + run);
                 if (e)
                     return e;
                 run_len = 0;
             }
-            if (sync_file_range(fd, (off64_t)(off0 + synced), (off64_t)(off + n - synced),
-                                SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
-                errno != ENOSYS && errno != EINVAL)
-                return -errno;
-            synced = off + n;
-            if (parent_gone(s))
-                return -ECHILD;
-            double ahead = s->bytes_per_s ? (double)written / (double)s->bytes_per_s - (mono_s() - t0) : 0;
-            if (ahead > 0) /* paced: the application's own writes keep most of the disk */
-                usleep((useconds_t)(ahead * 1e6));
+            if (!run_len)
+                run = off;
+            run_len += n;
+            written += n;
         }
+        if (run_len && (zero || piece_end)) {
+            int e = persist_write_file(fd, heap + run, run_len, off0 + run);
+            if (e)
+                return e;
+            run_len = 0;
+        }
+        if (!piece_end)
+            continue;
+        int e = persist_writeback(fd, off0 + synced, off + n - synced, "snapshot.writeback");
+        if (e)
+            return e;
+        synced = off + n;
+        if (parent_gone(s))
+            return -ECHILD;
+        double ahead = s->bytes_per_s ? (double)written / (double)s->bytes_per_s - (mono_s() - t0) : 0;
+        if (ahead > 0) /* paced: the application's own writes keep most of the disk */
+            usleep((useconds_t)(ahead * 1e6));
     }
     return 0;
 }
