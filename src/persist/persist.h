@@ -141,7 +141,8 @@ int persist_stage_file(const persist_domain *d, int *fd);
  * the observer nor counted: creation is atomic by the rename, and a crash
  * before the directory sync only loses a pool that acknowledged nothing yet.
  * 0 or -errno. base NULL: a file written with write(), no mapping (`mango
- * copy`'s copies). */
+ * copy`'s copies). Also syncs the zeros pool_open writes into the log ring
+ * of a sparse pool (a backup), which change no byte of it. */
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where);
 int persist_sync_directory(const char *dir, const char *where);
 
