@@ -11,7 +11,9 @@ mango_snapshot_last_pause_ms; BGSAVE: latest_fork_usec), and the probe's
 throughput and slowest SET while it ran. Then the restores: a server started
 on the snapshot pool (recovered, no import) and one started on a new pool
 beside the RDB file (imported), each timed from exec to the first PING and
-checked with DBSIZE.
+checked with DBSIZE, then given a burst of writes (redis-benchmark SET, 32
+clients, --sets-after-restore requests; skipped without redis-benchmark): a
+restored server should write as fast as one on a new pool.
 
 Outputs in --out: backup.csv (one row per backup or restore) and backup.md
 (medians). Exit status: 0 ok; 1 a backup or restore failed; 2 usage; 77 no
@@ -122,6 +124,20 @@ class Probe:
         self.t.join()
 
 
+def sets_per_second(port, n, keyspace, value_size):
+    """redis-benchmark's SET throughput at 32 clients on 127.0.0.1:port, or None."""
+    exe = shutil.which("redis-benchmark")
+    if not exe or n <= 0:
+        return None
+    r = subprocess.run([exe, "-h", "127.0.0.1", "-p", str(port), "-c", "32", "-n", str(n), "-t", "set",
+                        "-r", str(keyspace), "-d", str(value_size), "-q"], capture_output=True, text=True,
+                       timeout=3600)
+    m = [l for l in r.stdout.replace("\r", "\n").splitlines() if "requests per second" in l]
+    if r.returncode != 0 or not m:
+        sys.exit("backup_time: redis-benchmark failed: %s" % (r.stdout + r.stderr)[-2000:])
+    return float(m[-1].split()[1])
+
+
 def wait_done(c, field, value, timeout=3600):
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
@@ -139,6 +155,8 @@ def main():
     ap.add_argument("--value-size", type=int, default=100, help="bytes per value (default 100)")
     ap.add_argument("--pool-size", default="4g", help="mango-pool-size (default 4g)")
     ap.add_argument("--repeat", type=int, default=2, help="repetitions (default 2)")
+    ap.add_argument("--sets-after-restore", type=int, default=100000,
+                    help="SET requests (32 clients) sent to each restored server; 0: none (default 100000)")
     ap.add_argument("--fs-dir", default="/var/tmp", help="fs pools, snapshots and RDB files")
     ap.add_argument("--shm-dir", default="/dev/shm", help="emulated pools")
     ap.add_argument("--out", required=True, help="output folder")
@@ -193,7 +211,8 @@ def main():
                     rows.append(dict(mode=mode, rep=rep, kind="backup", what=what, seconds="%.3f" % (t1 - t0),
                                      pause_ms="%.2f" % pause_ms, ops_before="%.0f" % before_ops,
                                      ops_during="%.0f" % during_ops, slowest_before_ms="%.2f" % (before_max * 1e3),
-                                     slowest_during_ms="%.2f" % (during_max * 1e3), heap_bytes=heap, keys=""))
+                                     slowest_during_ms="%.2f" % (during_max * 1e3), heap_bytes=heap, keys="",
+                                     sets_after=""))
                     log(mode, rep, what, rows[-1]["seconds"], "s")
                 # Restores: the snapshot pool, and a new pool importing the RDB file.
                 for what in ("snapshot", "rdb-import"):
@@ -206,6 +225,7 @@ def main():
                         r = Server(a.durable, mode, d, os.path.join(pd, "redis.pool"), a.pool_size)
                     secs = r.start()
                     keys = r.client().dbsize()
+                    sets_after = sets_per_second(r.port, a.sets_after_restore, a.keys, a.value_size)
                     r.stop()
                     if what != "snapshot":
                         shutil.rmtree(pd, ignore_errors=True)
@@ -214,7 +234,8 @@ def main():
                         sys.exit("backup_time: the %s restore holds %d keys, not %d" % (what, keys, a.keys))
                     rows.append(dict(mode=mode, rep=rep, kind="restore", what=what, seconds="%.3f" % secs,
                                      pause_ms="", ops_before="", ops_during="", slowest_before_ms="",
-                                     slowest_during_ms="", heap_bytes=heap, keys=keys))
+                                     slowest_during_ms="", heap_bytes=heap, keys=keys,
+                                     sets_after="" if sets_after is None else "%.0f" % sets_after))
                     log(mode, rep, "restore", what, "%.3f s" % secs)
             s.stop()
         finally:
@@ -227,7 +248,8 @@ def main():
         w.writerows(rows)
 
     def med(mode, kind, what, key):
-        v = [float(r[key]) for r in rows if r["mode"] == mode and r["kind"] == kind and r["what"] == what]
+        v = [float(r[key]) for r in rows if r["mode"] == mode and r["kind"] == kind and r["what"] == what
+             and r[key] != ""]
         return statistics.median(v) if v else float("nan")
 
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
@@ -236,17 +258,20 @@ def main():
              "git %s; %d keys of %d bytes; %d repetitions (medians); command: `%s`" %
              (rev, a.keys, a.value_size, a.repeat, " ".join(sys.argv)), "",
              "| mode | backup | time s | pause ms | probe SET/s before | during | slowest SET before ms | during ms "
-             "| restore from it s |", "|---|---|---|---|---|---|---|---|---|"]
+             "| restore from it s | SET/s after restore |", "|---|---|---|---|---|---|---|---|---|---|"]
     for mode in a.modes.split(","):
         for what, restore in (("bgsave", "rdb-import"), ("snapshot", "snapshot")):
-            lines.append("| %s | %s | %.2f | %.1f | %.0f | %.0f | %.1f | %.1f | %.3f |" % (
+            lines.append("| %s | %s | %.2f | %.1f | %.0f | %.0f | %.1f | %.1f | %.3f | %.0f |" % (
                 mode, "BGSAVE" if what == "bgsave" else "MANGOSNAPSHOT", med(mode, "backup", what, "seconds"),
                 med(mode, "backup", what, "pause_ms"), med(mode, "backup", what, "ops_before"),
                 med(mode, "backup", what, "ops_during"), med(mode, "backup", what, "slowest_before_ms"),
-                med(mode, "backup", what, "slowest_during_ms"), med(mode, "restore", restore, "seconds")))
+                med(mode, "backup", what, "slowest_during_ms"), med(mode, "restore", restore, "seconds"),
+                med(mode, "restore", restore, "sets_after")))
     lines += ["", "pause: BGSAVE's fork (latest_fork_usec); MANGOSNAPSHOT's write side held (every batch durable, "
               "fork). Restore: exec to the first PING of a server on the snapshot pool (recovered), or on a new "
-              "pool beside the RDB file (imported)."]
+              "pool beside the RDB file (imported). SET/s after restore: redis-benchmark, 32 clients, "
+              "%d SETs of %d bytes over the data set's key range, on the restored server (nan: not run)." %
+              (a.sets_after_restore, a.value_size)]
     with open(os.path.join(a.out, "backup.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
