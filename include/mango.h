@@ -424,7 +424,11 @@ int mango_scratch(const void *addr, size_t len);
  * fails (its message says why; nothing is left at path). info (may be
  * NULL) gets the heap bytes copied, how long the write side was held and
  * the whole call's time. The heap's bytes are also written to disk once,
- * so leave room for a pool's size at path. */
+ * so leave room for a pool's size at path. The snapshot is a sparse file
+ * (its log ring is all holes): the first mango_init that opens it for
+ * writing reserves all of its blocks and writes its ring (a 256 MiB ring:
+ * about 0.3 s), and fails with MANGO_EIO, the file unchanged, when the disk
+ * lacks room for the pool's full size. */
 /* MANGO_SNAPSHOT_MBPS=N paces the writer's copy of the heap to N MB/s
  * (default: not paced, as fast as the disk takes it, which on a shared
  * device slows the application's log syncs meanwhile); a value that is not
