@@ -84,6 +84,30 @@ static int zero_fill(int fd, uint64_t off, uint64_t len, const char *path)
  * pool's contents do not change. On a pool with no holes this costs one
  * fallocate (tens of microseconds). Not for tmpfs (stays sparse, as in
  * pool_create) or sim mode (a private mapping: the file is not written). */
+/* A pool on tmpfs stays sparse (its untouched heap costs no memory), so a
+ * store into a page the file system has no room for is a SIGBUS, which
+ * kills the process in the middle of a batch (nothing acknowledged is lost:
+ * the next start recovers, and meets the same wall). Say so when the pool's
+ * unbacked part is larger than the file system's free space. */
+static void warn_if_tmpfs_is_short(int fd, const struct statfs *sfs, const char *path)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    uint64_t size = (uint64_t)st.st_size, held = (uint64_t)st.st_blocks * 512;
+    uint64_t unbacked = size > held ? size - held : 0;
+    uint64_t avail = (uint64_t)sfs->f_bavail * (uint64_t)sfs->f_bsize;
+    if (unbacked <= avail)
+        return;
+    fprintf(stderr,
+            "mangosteen: warning: pool %s is on tmpfs, where %llu MiB of its %llu MiB are not in "
+            "memory yet, and the file system has %llu MiB free: writing past that kills this "
+            "process with SIGBUS (nothing acknowledged is lost; the next start recovers). Give "
+            "the tmpfs more room (mount -o remount,size=...) or use a smaller pool\n",
+            path, (unsigned long long)(unbacked >> 20), (unsigned long long)(size >> 20),
+            (unsigned long long)(avail >> 20));
+}
+
 typedef struct {
     uint64_t start, end;
 } byte_range;
@@ -524,6 +548,8 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
         close(fd);
         return rc;
     }
+    if (mode != PERSIST_SIM && tmpfs)
+        warn_if_tmpfs_is_short(fd, &sfs, path);
     int flags = MAP_SHARED;
     if (mode == PERSIST_SIM)
         flags = MAP_PRIVATE;

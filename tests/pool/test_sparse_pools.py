@@ -10,9 +10,12 @@ recovers every acknowledged write. A pool that cannot get its blocks is
 refused with a clear message and left byte-for-byte unchanged, and can still
 be checked and copied read-only.
 
-Needs a file system that is not tmpfs (--fs-dir: /var/tmp) and, for the
-full-disk case, root and a loop device (a 16 MiB ext4 image; skipped
-otherwise). Uses test_bad_pools.py's helpers (same environment).
+A pool on tmpfs stays sparse; one larger than the tmpfs has room for is
+warned about at creation and at each open.
+
+Needs a file system that is not tmpfs (/var/tmp, or MANGO_TEST_FS_DIR)
+and, for the full-disk case, root and a loop device (a 16 MiB ext4 image),
+for the tmpfs case root (a 16 MiB tmpfs); skipped otherwise. Uses test_bad_pools.py's helpers (same environment).
 """
 
 import os
@@ -171,3 +174,35 @@ def test_a_sparse_pool_that_does_not_fit_is_refused_at_open_and_left_unchanged(d
     back = os.path.join(diskdir, "back")
     assert run(MANGO, "copy", dest, back).returncode == 0
     assert_nothing_lost(verify(back, os.path.join(diskdir, "ack")))  # and nothing was lost on the way
+
+
+@pytest.fixture
+def small_tmpfs():
+    """A 16 MiB tmpfs (root only)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    d = tempfile.mkdtemp(prefix="mango-smalltmpfs-")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", d], capture_output=True).returncode:
+        os.rmdir(d)
+        pytest.skip("cannot mount a tmpfs here")
+    yield d
+    subprocess.run(["umount", d], capture_output=True)
+    os.rmdir(d)
+
+
+def test_a_tmpfs_pool_larger_than_the_free_memory_is_warned_about(small_tmpfs):
+    """tmpfs pools stay sparse (no reservation): a pool whose unbacked part
+    exceeds the tmpfs's free space gets a warning at creation and at each
+    open; one that fits gets none."""
+    big = os.path.join(small_tmpfs, "big")
+    r = run(KVSTORE, "demo", "--pool", big, "--mode", "emulated", "--pool-size", "32M", "--log-size", "1M")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    warning = (r"warning: pool .*big is on tmpfs, where \d+ MiB of its 32 MiB are not in memory yet, "
+               r"and the file system has \d+ MiB free: writing past that kills this process with SIGBUS")
+    assert re.search(warning, r.stderr), r.stderr
+    again = run(KVSTORE, "demo", "--pool", big, "--mode", "emulated")
+    assert again.returncode == 0 and re.search(warning, again.stderr), again.stderr
+    os.unlink(big)
+    small = os.path.join(small_tmpfs, "small")
+    r = run(KVSTORE, "demo", "--pool", small, "--mode", "emulated", "--pool-size", "8M", "--log-size", "1M")
+    assert r.returncode == 0 and "warning" not in r.stderr, (r.stdout, r.stderr)
