@@ -300,9 +300,9 @@ static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos
     return false;
 }
 
-int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
-                  uint64_t generation, uint64_t limit_lsn, log_frame_visitor visit, void *arg,
-                  log_scan_result *out)
+static int scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq, uint64_t generation,
+                uint64_t limit_lsn, bool clean_head, log_frame_visitor visit, void *arg,
+                log_scan_result *out)
 {
     memset(out, 0, sizeof *out);
     uint64_t pos = from_lsn, seq = from_seq;
@@ -318,6 +318,10 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
                 out->next_seq = seq;
                 return mango_error(MANGO_EBADPOOL, "log frame at lsn %llu (seq %llu): %s",
                                    (unsigned long long)pos, (unsigned long long)seq, out->torn_reason);
+            }
+            if (clean_head && pos == from_lsn) {
+                out->torn_lsn = pos; /* the end: nothing was committed after a clean head */
+                break;
             }
             if (committed_frame_follows(ring, cap, pos, seq, generation, &out->dropped_after_torn)) {
                 out->end_lsn = pos;
@@ -352,4 +356,18 @@ int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t fr
     out->end_lsn = pos;
     out->next_seq = seq;
     return MANGO_OK;
+}
+
+int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
+                  uint64_t generation, uint64_t limit_lsn, log_frame_visitor visit, void *arg,
+                  log_scan_result *out)
+{
+    return scan(ring, cap, from_lsn, from_seq, generation, limit_lsn, false, visit, arg, out);
+}
+
+int redo_log_scan_from_clean_head(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
+                                  uint64_t generation, log_frame_visitor visit, void *arg,
+                                  log_scan_result *out)
+{
+    return scan(ring, cap, from_lsn, from_seq, generation, UINT64_MAX, true, visit, arg, out);
 }

@@ -234,5 +234,14 @@ typedef struct log_scan_result {
 int redo_log_scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
                   uint64_t generation, uint64_t limit_lsn, log_frame_visitor visit, void *arg,
                   log_scan_result *out);
+/* The same from a head written at a clean shutdown (pool_head_slot.clean):
+ * everything committed before it was applied, so no committed frame can
+ * follow it, and an invalid frame at from_lsn is the log's end without the
+ * search of the whole ring for committed frames after it (reading a 256 MiB
+ * ring cost a cold start 0.16-0.5 s). Once a valid frame is found there
+ * (never after a clean shutdown), the scan is redo_log_scan's. */
+int redo_log_scan_from_clean_head(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from_seq,
+                                  uint64_t generation, log_frame_visitor visit, void *arg,
+                                  log_scan_result *out);
 
 #endif

@@ -71,9 +71,15 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
      * byte: a pool refused for corruption must be left unchanged. */
     /* Frames that keep their entries in the big-batch file are seen through
      * it (log/big_batch.h); the validation pass checks that file whole. */
+    /* After a clean shutdown nothing can follow the head: the ring is not
+     * searched for committed frames after it (redo_log_scan_from_clean_head). */
     big_batch_scan big = {.path = p->big_batch_path, .verify = true, .visit = validate_visit, .arg = p};
-    int rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
-                           p->head.generation, UINT64_MAX, big_batch_visit, &big, &res);
+    int rc = p->head.clean
+                 ? redo_log_scan_from_clean_head(pool_log(p), p->hdr->log_size, p->head.head_lsn,
+                                                 p->head.next_seq, p->head.generation, big_batch_visit,
+                                                 &big, &res)
+                 : redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
+                                 p->head.generation, UINT64_MAX, big_batch_visit, &big, &res);
     if (rc != MANGO_OK)
         return rc;
     recovery_tracef("replay: log validated (%llu frames, %llu blocks)", (unsigned long long)res.frames,

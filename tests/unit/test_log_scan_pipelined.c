@@ -1,7 +1,8 @@
 /* test_log_scan_pipelined.c -- recovery's rule for frames in flight at a
  * crash (redo_log.h): after a bad frame, complete frames written while it was
  * not yet durable are dropped with it; a complete frame written after it was
- * durable proves corruption and the scan refuses. Rings are built by hand. */
+ * durable proves corruption and the scan refuses. From a clean shutdown's
+ * head the ring is not searched. Rings are built by hand. */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,5 +107,23 @@ int main(void)
     f3->header_crc = crc32c(0, f3, offsetof(log_frame, header_crc));
     memset(ring + p2, 0, 64);
     CHECK(scan(&r) == MANGO_OK && r.frames == 1 && r.dropped_after_torn == 0);
+
+    /* From a clean head (redo_log_scan_from_clean_head): an invalid frame at
+     * the head is the end, with no search of the ring after it, so frames
+     * after it, even ones that prove corruption to redo_log_scan, are not
+     * read. A valid frame at the head is visited, and from there the scan is
+     * redo_log_scan's, search included. */
+    memset(ring, 0, sizeof ring);
+    p2 = put_frame(0, 1, 3, 0);
+    p3 = put_frame(p2, 2, 2, p2);
+    put_frame(p3, 3, 1, p3); /* written once frame 2 was durable */
+    ((char *)ring)[p2 + 20] ^= 4;
+    CHECK(redo_log_scan(ring, CAP, p2, 2, GEN, UINT64_MAX, NULL, NULL, &r) == MANGO_EBADPOOL);
+    CHECK(redo_log_scan_from_clean_head(ring, CAP, p2, 2, GEN, NULL, NULL, &r) == MANGO_OK);
+    CHECK(r.frames == 0 && r.end_lsn == p2 && r.next_seq == 2 && !r.torn_tail && r.dropped_after_torn == 0);
+    CHECK(redo_log_scan_from_clean_head(ring, CAP, 0, 1, GEN, NULL, NULL, &r) == MANGO_EBADPOOL);
+    ((char *)ring)[p2 + 20] ^= 4; /* frame 2 whole again */
+    CHECK(redo_log_scan_from_clean_head(ring, CAP, 0, 1, GEN, NULL, NULL, &r) == MANGO_OK);
+    CHECK(r.frames == 3 && !r.torn_tail);
     return check_report("test_log_scan_pipelined");
 }
