@@ -145,24 +145,29 @@ static int find_holes(int fd, uint64_t start, uint64_t end, byte_range **out, si
  * the file system called data a hole); *written grows by what was written. */
 static int zero_where_zero(int fd, byte_range r, uint64_t *written, const char *path)
 {
-    static char buf[1 << 16];
-    for (uint64_t at = r.start; at < r.end;) {
-        size_t want = r.end - at < sizeof buf ? (size_t)(r.end - at) : sizeof buf;
+    enum { CHUNK = 1 << 16 };
+    char *buf = malloc(CHUNK); /* (not static: pools may be opened by several threads) */
+    if (!buf)
+        return mango_error(MANGO_ENOMEM, "out of memory filling the log ring of %s", path);
+    int rc = MANGO_OK;
+    for (uint64_t at = r.start; at < r.end && rc == MANGO_OK;) {
+        size_t want = r.end - at < CHUNK ? (size_t)(r.end - at) : CHUNK;
         ssize_t got = pread(fd, buf, want, (off_t)at);
         if (got < 0 && errno == EINTR)
             continue;
-        if (got <= 0)
-            return mango_error(MANGO_EIO, "cannot read the log ring of %s: %s", path,
-                               got < 0 ? strerror(errno) : "short read");
+        if (got <= 0) {
+            rc = mango_error(MANGO_EIO, "cannot read the log ring of %s: %s", path,
+                             got < 0 ? strerror(errno) : "short read");
+            break;
+        }
         if (buf[0] == 0 && memcmp(buf, buf + 1, (size_t)got - 1) == 0) {
-            int rc = zero_fill(fd, at, (uint64_t)got, path);
-            if (rc != MANGO_OK)
-                return rc;
-            *written += (uint64_t)got;
+            rc = zero_fill(fd, at, (uint64_t)got, path);
+            *written += rc == MANGO_OK ? (uint64_t)got : 0;
         }
         at += (uint64_t)got;
     }
-    return MANGO_OK;
+    free(buf);
+    return rc;
 }
 
 static int give_sparse_pool_its_blocks(int fd, const char *path, uint64_t size, uint64_t log_offset,
