@@ -429,10 +429,14 @@ int mango_scratch(const void *addr, size_t len);
  * writing reserves all of its blocks and writes its ring (a 256 MiB ring:
  * about 0.3 s), and fails with MANGO_EIO, the file unchanged, when the disk
  * lacks room for the pool's full size. */
-/* MANGO_SNAPSHOT_MBPS=N paces the writer's copy of the heap to N MB/s
- * (default: not paced, as fast as the disk takes it, which on a shared
- * device slows the application's log syncs meanwhile); a value that is not
- * 0..100000 fails the call with MANGO_EINVAL. */
+/* Pacing. MANGO_SNAPSHOT_SHARE=P: the writer keeps the disk busy P % of
+ * the time at most (after each 2 MiB piece it idles (100 - P) / P of the
+ * time the piece's writeback took), so that the application's log syncs
+ * meet an idle disk the rest of the time; 1..100, 100: not paced. Default:
+ * 25 in fs mode (the application's syncs go to a disk), 100 otherwise.
+ * MANGO_SNAPSHOT_MBPS=N instead paces the copy to N MB/s (0: not paced by
+ * rate; when N > 0 the share is not used). A value out of range fails the
+ * call with MANGO_EINVAL. */
 typedef struct mango_snapshot_info {
     uint64_t heap_bytes;  /* the durable heap's extent copied */
     double pause_seconds; /* the write side held: wait for durability, fork */

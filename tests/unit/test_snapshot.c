@@ -360,6 +360,17 @@ static void errors(const char *mode, const char *pool, const char *snap)
     CHECK(mango_snapshot(snap, NULL) == MANGO_OK && exists(snap));
     unsetenv("MANGO_SNAPSHOT_MBPS");
     unlink(snap);
+    /* MANGO_SNAPSHOT_SHARE: a share of the disk's time, or refused likewise. */
+    static const char *bad_shares[] = {"0", "101", "-5", "half", "50%"};
+    for (size_t i = 0; i < sizeof bad_shares / sizeof bad_shares[0]; i++) {
+        setenv("MANGO_SNAPSHOT_SHARE", bad_shares[i], 1);
+        rc = mango_snapshot(snap, NULL);
+        CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_SNAPSHOT_SHARE") && !exists(snap));
+    }
+    setenv("MANGO_SNAPSHOT_SHARE", "10", 1);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_OK && exists(snap));
+    unsetenv("MANGO_SNAPSHOT_SHARE");
+    unlink(snap);
     /* Started on a thread that then exits, finished on this one: the
      * writer outlives the thread that forked it. */
     pthread_t starter;
