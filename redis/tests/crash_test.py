@@ -5,8 +5,9 @@ Each round: start redis-server-durable on the pool (the first round creates
 it), check the recovered state against every acknowledged write so far, run
 concurrent clients (redis_crash_clients: SET/GET/DEL, HSET/HGET/HDEL, INCR,
 MULTI/EXEC pairs, SET PX with a long TTL, keys with a TTL of a few ms, RPUSH,
-job queues consumed by BLMOVE, BZPOPMIN and XREADGROUP on a small shared key set), SIGKILL the server after a random 100..600 ms,
-wait for the clients to notice. After the last round: restart, check once
+job queues consumed by BLMOVE, BZPOPMIN and XREADGROUP on a small shared key set), SIGKILL the server after a random 100..600 ms
+(or, in --shutdown-pct of the rounds, send it SHUTDOWN NOSAVE: a clean head
+written under load), wait for the clients to notice. After the last round: restart, check once
 more, then run the Porcupine linearizability checker (tests/linearizability)
 over the history of all rounds (every string key, hash field, MULTI pair and
 TTL key is a register, a delete writes nil; the reads of each check are part
@@ -109,6 +110,26 @@ class Server:
         text = open(self.logf, errors="replace").read()
         m = re.search(r"mode \w+: (FRESH|RECOVERED)", text)
         return m.group(1) if m else "?"
+
+    def shutdown(self):
+        """SHUTDOWN NOSAVE while the clients run: the runtime drains the
+        pipeline and the backend and marks the pool's head clean, and the
+        next start recovers from that head (without the search of the log
+        ring a crash needs). The server must exit 0 within 30 s."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                s.sendall(b"*2\r\n$8\r\nSHUTDOWN\r\n$6\r\nNOSAVE\r\n")
+                s.recv(256)  # nothing: the connection closes as the server exits
+        except OSError:
+            pass
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise SystemExit("crash: the server did not exit within 30 s of SHUTDOWN")
+        self.proc = None
+        if rc != 0:
+            raise SystemExit(f"crash: the server exited {rc} after SHUTDOWN (see {self.logf})")
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
@@ -678,6 +699,9 @@ def main():
     ap.add_argument("--snapshot-ms", type=int, default=0,
                     help="send MANGOSNAPSHOT (a new path each time) every N ms during each round (0: never); "
                          "every snapshot left must then pass `mango check` (--mango-cli)")
+    ap.add_argument("--shutdown-pct", type=int, default=0,
+                    help="end this percent of the rounds with SHUTDOWN NOSAVE under load instead of SIGKILL "
+                         "(0: never): a clean head, written while clients write, then a restart from it")
     ap.add_argument("--mango-cli", default=os.environ.get("MANGO_CLI", "mango"),
                     help="the mango CLI, for --snapshot-ms (default $MANGO_CLI, else mango on PATH)")
     args = ap.parse_args()
@@ -725,6 +749,7 @@ def main():
     lost = 0
     ops = 0
     startup_kills = startup_kills_unfinished = 0
+    shutdowns = 0
     bgsave_counts = {"started": 0, "refused": 0}
     snapshot_counts = {"scheduled": 0, "refused": 0}
     bad_replies = 0
@@ -764,7 +789,12 @@ def main():
                                                                       saver_stop, snapshot_counts, work, epoch))
                 saver.start()
             time.sleep(delay)
-            server.kill()
+            clean = args.shutdown_pct > 0 and rng.randrange(100) < args.shutdown_pct
+            if clean:
+                server.shutdown()
+                shutdowns += 1
+            else:
+                server.kill()
             saver_stop.set()
             if saver:
                 saver.join()
@@ -782,7 +812,8 @@ def main():
             model.add_epoch(hist, epoch, int(kill_wall * 1000) + 1)
             after = " (after a kill at start-up)" if early is not None else ""
             log(f"round {epoch}: start {state}{after}, verify lost={round_lost}, "
-                f"killed after {delay * 1000:.0f} ms: ops={m.group(1)} acked_writes={m.group(2)} "
+                f"{'shut down' if clean else 'killed'} after {delay * 1000:.0f} ms: ops={m.group(1)} "
+                f"acked_writes={m.group(2)} "
                 f"cut_off={m.group(3)}")
     finally:
         server.kill()
@@ -810,7 +841,7 @@ def main():
                      f"{snapshot_counts['refused']}; snapshots left {n_done}, checked ok {n_done - n_bad}, "
                      f"bad {n_bad}; killed writers' files {n_tmp}")
     log(f"{elapsed:.1f} s, ops={ops} bad_replies={bad_replies} startup_kills={startup_kills} "
-        f"({startup_kills_unfinished} before recovery finished), logs in {hist}")
+        f"({startup_kills_unfinished} before recovery finished), shutdowns={shutdowns}, logs in {hist}")
     log("acknowledged writes by kind: " + " ".join(f"{k}={v}" for k, v in sorted(model.kinds.items())) +
         f"; checked after restarts: {model.checked['ttl']} TTLs, {model.checked['short']} short-TTL keys, "
         f"{model.checked['list_elems']} list elements, {model.checked['queue_elems']} queue elements" +
