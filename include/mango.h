@@ -441,6 +441,9 @@ typedef struct mango_snapshot_info {
     uint64_t heap_bytes;  /* the durable heap's extent copied */
     double pause_seconds; /* the write side held: wait for durability, fork */
     double seconds;       /* the whole call */
+    unsigned share;       /* the pace used: MANGO_SNAPSHOT_SHARE's percent (100: not paced by share) */
+    double mbps;          /* or MANGO_SNAPSHOT_MBPS (0: not paced by rate) */
+    double paced_seconds; /* of seconds, what the writer spent idle to leave the disk to the application */
 } mango_snapshot_info;
 int mango_snapshot(const char *path, mango_snapshot_info *info);
 /* The same in two steps, for a caller that must not block (an event loop):

@@ -80,6 +80,19 @@ static void finished(int rc, const char *path, const char *error)
     last.ended = (long long)time(NULL);
 }
 
+/* The last snapshot's pace, for the log. */
+static const char *pace_text(void)
+{
+    static char text[64];
+    if (last.info.mbps > 0)
+        snprintf(text, sizeof text, "at %.0f MB/s", last.info.mbps);
+    else if (last.info.share < 100)
+        snprintf(text, sizeof text, "the disk busy %u %% of the time at most", last.info.share);
+    else
+        snprintf(text, sizeof text, "not paced");
+    return text;
+}
+
 void mangoSnapshotStep(void)
 {
     if (job) {
@@ -89,8 +102,9 @@ void mangoSnapshotStep(void)
             finished(rc, running, mango_last_error());
             if (rc == MANGO_OK)
                 serverLog(LL_NOTICE, "Mangosteen: pool snapshot %s done: %llu heap bytes, %.2f s (write side "
-                          "held %.1f ms)", running, (unsigned long long)last.info.heap_bytes, last.info.seconds,
-                          last.info.pause_seconds * 1e3);
+                          "held %.1f ms; paced %.2f s of it, %s)", running,
+                          (unsigned long long)last.info.heap_bytes, last.info.seconds,
+                          last.info.pause_seconds * 1e3, last.info.paced_seconds, pace_text());
             else
                 serverLog(LL_WARNING, "Mangosteen: pool snapshot %s failed: %s", running, last.error);
             sdsfree(running);
@@ -135,10 +149,14 @@ sds mangoSnapshotInfo(sds info)
                         "mango_snapshot_last_time:%lld\r\n"
                         "mango_snapshot_last_seconds:%.3f\r\n"
                         "mango_snapshot_last_pause_ms:%.3f\r\n"
-                        "mango_snapshot_last_heap_bytes:%llu\r\n",
+                        "mango_snapshot_last_heap_bytes:%llu\r\n"
+                        "mango_snapshot_last_share:%u\r\n"
+                        "mango_snapshot_last_mbps:%.0f\r\n"
+                        "mango_snapshot_last_paced_seconds:%.3f\r\n",
                         job || pending ? 1 : 0, job ? (long long)((mstime() - started_ms) / 1000) : -1LL,
                         last.status, last.path ? last.path : "", last.ended, last.info.seconds,
-                        last.info.pause_seconds * 1e3, (unsigned long long)last.info.heap_bytes);
+                        last.info.pause_seconds * 1e3, (unsigned long long)last.info.heap_bytes,
+                        last.info.share, last.info.mbps, last.info.paced_seconds);
     if (last.error)
         info = sdscatprintf(info, "mango_snapshot_last_error:%s\r\n", last.error);
     return info;

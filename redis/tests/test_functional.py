@@ -1153,10 +1153,16 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
     info = r.info("mangosteen")
     assert info["mango_snapshot_last_status"] == "ok", info
     assert info["mango_snapshot_last_path"] == taken and info["mango_snapshot_last_heap_bytes"] > 0, info
+    # Paced to a quarter of the disk's time in fs mode, not paced in emulated mode.
+    assert info["mango_snapshot_last_share"] == (25 if mode == "fs" else 100), info
+    assert info["mango_snapshot_last_mbps"] == 0, info
+    assert 0 <= info["mango_snapshot_last_paced_seconds"] <= info["mango_snapshot_last_seconds"], info
     after = writer.acked
     wait_until(lambda: writer.acked > after + 200, what="writes after the snapshot")
     total = writer.stop()
-    assert re.search(r"Mangosteen: pool snapshot .* done", s.logtext()), s.logtext()[-2000:]
+    assert re.search(r"Mangosteen: pool snapshot .* done: .*paced [\d.]+ s of it, " +
+                     ("the disk busy 25 % of the time at most" if mode == "fs" else "not paced"),
+                     s.logtext()), s.logtext()[-2000:]
 
     s.restart("kill")
     got = s.client(5).mget([f"w:{i}" for i in range(1, total + 1)])

@@ -978,6 +978,9 @@ int mango_snapshot_poll(mango_snapshot_job *j, bool wait, mango_snapshot_info *i
         info->heap_bytes = j->job.heap_bytes;
         info->pause_seconds = j->held_until - j->t0;
         info->seconds = now_s() - j->t0;
+        info->share = j->job.share;
+        info->mbps = (double)j->job.bytes_per_s / 1e6;
+        info->paced_seconds = j->job.got_report ? j->job.report.paced_seconds : 0;
     }
     free(j);
     return rc;

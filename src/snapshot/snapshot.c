@@ -67,6 +67,10 @@ static bool page_is_zero(const char *b, size_t n)
 #define SNAPSHOT_FS_SHARE 25
 #define RUN_MAX (1u << 20)
 
+/* The writer's idle time so far, for its report (only the writer, a
+ * single-threaded child, touches it). */
+static double paced_total;
+
 static double mono_s(void)
 {
     struct timespec ts;
@@ -122,10 +126,13 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
             double slept = mono_s();
             usleep((useconds_t)(owed * 1e6));
             owed -= mono_s() - slept;
+            paced_total += mono_s() - slept;
         }
         double ahead = s->bytes_per_s ? (double)written / (double)s->bytes_per_s - (mono_s() - t0) : 0;
-        if (ahead > 0) /* paced: the application's own writes keep most of the disk */
+        if (ahead > 0) { /* paced: the application's own writes keep most of the disk */
             usleep((useconds_t)(ahead * 1e6));
+            paced_total += ahead;
+        }
     }
     return 0;
 }
@@ -224,6 +231,7 @@ static void child_main(snapshot_src *s, const char *path, int report_fd)
     if (write(report_fd, "S", 1) != 1) /* started: snapshot_started returns */
         _exit(1);
     snapshot_report r = {.rc = pool_create(path, &s->pp)};
+    r.paced_seconds = paced_total;
     if (r.rc == MANGO_EEXIST)
         r.rc = mango_error(MANGO_EEXIST, "%s exists: a snapshot never replaces a file", path);
     if (r.rc != MANGO_OK)
@@ -397,6 +405,8 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     snprintf(job->path, sizeof job->path, "%s", path);
     job->reported = false;
     job->heap_bytes = s.heap_bytes;
+    job->share = s.share;
+    job->bytes_per_s = s.bytes_per_s;
     return MANGO_OK;
 }
 

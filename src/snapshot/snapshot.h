@@ -32,12 +32,15 @@
 typedef struct snapshot_report {
     int32_t rc;
     char message[1020];
+    double paced_seconds; /* the writer idled this long to leave the disk to the application */
 } snapshot_report;
 
 typedef struct snapshot_job {
     pid_t pid;     /* the writer (a fork() child) */
     int result_fd; /* its report: a status and a message */
     uint64_t heap_bytes; /* the durable heap's extent it copies */
+    unsigned share;      /* its pace: percent of the time in writeback (100: not paced by share) */
+    uint64_t bytes_per_s; /* or its pace in bytes a second (0: none) */
     char tmp_path[4200]; /* where it builds the pool: removed if it dies */
     char path[4200];     /* the snapshot's (for messages) */
     bool reported;       /* its report is read (got_report: whole), the writer not yet reaped */

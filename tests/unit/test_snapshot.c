@@ -367,8 +367,24 @@ static void errors(const char *mode, const char *pool, const char *snap)
         rc = mango_snapshot(snap, NULL);
         CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_SNAPSHOT_SHARE") && !exists(snap));
     }
+    /* The pace used is reported: by default a quarter of the disk's time in
+     * fs mode and no pacing elsewhere; a share or a rate as set. */
+    unsetenv("MANGO_SNAPSHOT_SHARE");
+    mango_snapshot_info si;
+    memset(&si, 0xff, sizeof si);
+    CHECK(mango_snapshot(snap, &si) == MANGO_OK && exists(snap));
+    CHECK(si.share == (strcmp(mode, "fs") == 0 ? 25u : 100u) && si.mbps == 0);
+    CHECK(si.paced_seconds >= 0 && si.paced_seconds <= si.seconds);
+    unlink(snap);
     setenv("MANGO_SNAPSHOT_SHARE", "10", 1);
-    CHECK(mango_snapshot(snap, NULL) == MANGO_OK && exists(snap));
+    CHECK(mango_snapshot(snap, &si) == MANGO_OK && exists(snap));
+    CHECK(si.share == 10 && si.mbps == 0 && si.paced_seconds >= 0 && si.paced_seconds <= si.seconds);
+    printf("%s: a snapshot at a 10 %% share: %.3f s, %.3f s of it paced\n", mode, si.seconds, si.paced_seconds);
+    setenv("MANGO_SNAPSHOT_MBPS", "50", 1); /* a rate replaces the share */
+    unlink(snap);
+    CHECK(mango_snapshot(snap, &si) == MANGO_OK && exists(snap));
+    CHECK(si.share == 100 && si.mbps == 50 && si.paced_seconds <= si.seconds);
+    unsetenv("MANGO_SNAPSHOT_MBPS");
     unsetenv("MANGO_SNAPSHOT_SHARE");
     unlink(snap);
     /* Started on a thread that then exits, finished on this one: the
