@@ -160,7 +160,7 @@ static int zero_where_zero(int fd, byte_range r, uint64_t *written, const char *
                              got < 0 ? strerror(errno) : "short read");
             break;
         }
-        if (buf[0] == 0 && memcmp(buf, buf + 1, (size_t)got - 1) == 0) {
+        if (pool_bytes_zero(buf, (size_t)got)) {
             rc = zero_fill(fd, at, (uint64_t)got, path);
             *written += rc == MANGO_OK ? (uint64_t)got : 0;
         }

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "persist/persist.h"
 #include "pool/pool_format.h"
@@ -92,5 +93,14 @@ const pool_region *pool_find_region(const pool *p, unsigned kind);
 /* Choose the mode for a file: tmpfs -> emulated, DAX (MAP_SYNC works) -> pmem,
  * else fs. */
 persist_mode pool_detect_mode(int fd, size_t size);
+
+/* Are the n bytes at b all zero? Pool files are written sparse (snapshots,
+ * `mango copy`), their zero chunks left as holes, and a sparse pool's holes
+ * are filled only where they read back as zeros (pool_open). */
+static inline bool pool_bytes_zero(const void *b, size_t n)
+{
+    const char *c = (const char *)b;
+    return n == 0 || (c[0] == 0 && memcmp(c, c + 1, n - 1) == 0);
+}
 
 #endif

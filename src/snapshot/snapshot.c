@@ -45,11 +45,6 @@ static bool parent_gone(const snapshot_src *s) { return getppid() != s->parent; 
 
 static uint64_t bitmap_bytes(const pool_region *r) { return (r->size + 7) / 8; }
 
-static bool page_is_zero(const char *b, size_t n)
-{
-    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
-}
-
 /* Written back as it goes, this much at a time: a flush of the whole heap
  * at the end queued up to a heap's worth of writes in front of the
  * application's log syncs on the same device (1 GiB in fs mode: an update
@@ -88,7 +83,7 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
     double t0 = mono_s(), owed = 0;
     for (uint64_t off = 0; off < extent; off += PAGE) {
         size_t n = extent - off < PAGE ? (size_t)(extent - off) : PAGE;
-        bool zero = page_is_zero(heap + off, n);
+        bool zero = pool_bytes_zero(heap + off, n);
         bool piece_end = off + n - synced >= WRITEBACK_PIECE || off + n == extent;
         if (!zero) {
             if (run_len && (run + run_len != off || run_len >= RUN_MAX)) {

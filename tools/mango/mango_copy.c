@@ -78,11 +78,6 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static bool all_zero(const char *b, size_t n)
-{
-    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
-}
-
 typedef struct copy_job {
     const char *what;   /* for messages */
     bool progress;      /* to stderr, once a second */
@@ -127,7 +122,7 @@ static int copy_sparse(int in, uint64_t size, mode_t mode, const char *path, cop
                 j->read_failed = true;
                 break;
             }
-            if (!all_zero(buf, (size_t)r)) {
+            if (!pool_bytes_zero(buf, (size_t)r)) {
                 for (ssize_t done = 0; done < r;) {
                     ssize_t w = pwrite(out, buf + done, (size_t)(r - done), (off_t)(at + (uint64_t)done));
                     if (w < 0) {
