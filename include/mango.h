@@ -433,7 +433,11 @@ int mango_scratch(const void *addr, size_t len);
  * the time at most (after each 2 MiB piece it idles (100 - P) / P of the
  * time the piece's writeback took), so that the application's log syncs
  * meet an idle disk the rest of the time; 1..100, 100: not paced. Default:
- * 25 in fs mode (the application's syncs go to a disk), 100 otherwise.
+ * 25 in fs mode (the application's syncs go to a disk) when path may be
+ * on one of the pool's disks, 100 otherwise: on another disk (its block
+ * devices followed through partitions, loop devices and device-mapper or md
+ * slaves in /sys; a file system without a block device of its own, such as
+ * btrfs or NFS, counts as the same disk), in memory (tmpfs), or another mode.
  * MANGO_SNAPSHOT_MBPS=N instead paces the copy to N MB/s (0: not paced by
  * rate; when N > 0 the share is not used). A value out of range fails the
  * call with MANGO_EINVAL. */
@@ -444,6 +448,8 @@ typedef struct mango_snapshot_info {
     unsigned share;       /* the pace used: MANGO_SNAPSHOT_SHARE's percent (100: not paced by share) */
     double mbps;          /* or MANGO_SNAPSHOT_MBPS (0: not paced by rate) */
     double paced_seconds; /* of seconds, what the writer spent idle to leave the disk to the application */
+    bool shares_disk;     /* fs mode: path may be on one of the pool's disks (the default share is
+                           * 25 only then); false in the other modes */
 } mango_snapshot_info;
 int mango_snapshot(const char *path, mango_snapshot_info *info);
 /* The same in two steps, for a caller that must not block (an event loop):

@@ -83,11 +83,13 @@ static void finished(int rc, const char *path, const char *error)
 /* The last snapshot's pace, for the log. */
 static const char *pace_text(void)
 {
-    static char text[64];
+    static char text[96];
     if (last.info.mbps > 0)
         snprintf(text, sizeof text, "at %.0f MB/s", last.info.mbps);
     else if (last.info.share < 100)
         snprintf(text, sizeof text, "the disk busy %u %% of the time at most", last.info.share);
+    else if (!last.info.shares_disk)
+        snprintf(text, sizeof text, "not paced: the pool's log syncs go to no disk it uses");
     else
         snprintf(text, sizeof text, "not paced");
     return text;
@@ -152,11 +154,12 @@ sds mangoSnapshotInfo(sds info)
                         "mango_snapshot_last_heap_bytes:%llu\r\n"
                         "mango_snapshot_last_share:%u\r\n"
                         "mango_snapshot_last_mbps:%.0f\r\n"
-                        "mango_snapshot_last_paced_seconds:%.3f\r\n",
+                        "mango_snapshot_last_paced_seconds:%.3f\r\n"
+                        "mango_snapshot_last_shares_disk:%d\r\n",
                         job || pending ? 1 : 0, job ? (long long)((mstime() - started_ms) / 1000) : -1LL,
                         last.status, last.path ? last.path : "", last.ended, last.info.seconds,
                         last.info.pause_seconds * 1e3, (unsigned long long)last.info.heap_bytes,
-                        last.info.share, last.info.mbps, last.info.paced_seconds);
+                        last.info.share, last.info.mbps, last.info.paced_seconds, last.info.shares_disk ? 1 : 0);
     if (last.error)
         info = sdscatprintf(info, "mango_snapshot_last_error:%s\r\n", last.error);
     return info;

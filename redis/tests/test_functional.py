@@ -1157,12 +1157,29 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
     assert info["mango_snapshot_last_share"] == (25 if mode == "fs" else 100), info
     assert info["mango_snapshot_last_mbps"] == 0, info
     assert 0 <= info["mango_snapshot_last_paced_seconds"] <= info["mango_snapshot_last_seconds"], info
+    assert info["mango_snapshot_last_shares_disk"] == (1 if mode == "fs" else 0), info
+    assert re.search(r"Mangosteen: pool snapshot .* done: .*paced [\d.]+ s of it, " +
+                     ("the disk busy 25 % of the time at most" if mode == "fs" else
+                      "not paced: the pool's log syncs go to no disk it uses"),
+                     s.logtext()), s.logtext()[-2000:]
+    if mode == "fs" and os.path.isdir("/dev/shm"):
+        # A snapshot in memory takes no disk time from the log's syncs: not paced.
+        in_memory = "/dev/shm/mango-functional-%d.pool" % os.getpid()
+        try:
+            r.execute_command("MANGOSNAPSHOT", in_memory)
+            wait_until(lambda: r.info("mangosteen")["mango_snapshot_in_progress"] == 0, timeout=60,
+                       what="the snapshot in memory")
+            info = r.info("mangosteen")
+            assert info["mango_snapshot_last_status"] == "ok", info
+            assert info["mango_snapshot_last_share"] == 100 and info["mango_snapshot_last_shares_disk"] == 0, info
+            assert re.search(r"pool snapshot /dev/shm/.* done: .*not paced: the pool's log syncs go to no disk "
+                             r"it uses", s.logtext()), s.logtext()[-2000:]
+        finally:
+            if os.path.exists(in_memory):
+                os.unlink(in_memory)
     after = writer.acked
     wait_until(lambda: writer.acked > after + 200, what="writes after the snapshot")
     total = writer.stop()
-    assert re.search(r"Mangosteen: pool snapshot .* done: .*paced [\d.]+ s of it, " +
-                     ("the disk busy 25 % of the time at most" if mode == "fs" else "not paced"),
-                     s.logtext()), s.logtext()[-2000:]
 
     s.restart("kill")
     got = s.client(5).mget([f"w:{i}" for i in range(1, total + 1)])

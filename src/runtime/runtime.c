@@ -981,6 +981,7 @@ int mango_snapshot_poll(mango_snapshot_job *j, bool wait, mango_snapshot_info *i
         info->share = j->job.share;
         info->mbps = (double)j->job.bytes_per_s / 1e6;
         info->paced_seconds = j->job.got_report ? j->job.report.paced_seconds : 0;
+        info->shares_disk = j->job.shares_disk;
     }
     free(j);
     return rc;

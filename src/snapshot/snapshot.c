@@ -19,6 +19,7 @@
 #include "log/big_batch.h"
 #include "persist/persist.h"
 #include "runtime/error.h"
+#include "snapshot/disks.h"
 
 #define PAGE 4096u
 
@@ -269,11 +270,12 @@ static int mark_frame(void *arg, const log_frame *f, const log_entry *e)
     return MANGO_OK;
 }
 
-/* MANGO_SNAPSHOT_SHARE: unset or empty (the default for the pool's mode,
- * see SNAPSHOT_FS_SHARE), or 1..100 (100: not paced). */
-static int share_of(persist_mode mode, unsigned *share)
+/* MANGO_SNAPSHOT_SHARE: unset or empty (the default: SNAPSHOT_FS_SHARE for
+ * a pool in fs mode whose disk the snapshot may share, else 100), or 1..100
+ * (100: not paced). */
+static int share_of(persist_mode mode, bool shares_disk, unsigned *share)
 {
-    *share = mode == PERSIST_FS ? SNAPSHOT_FS_SHARE : 100;
+    *share = mode == PERSIST_FS && shares_disk ? SNAPSHOT_FS_SHARE : 100;
     const char *env = getenv("MANGO_SNAPSHOT_SHARE");
     if (!env || !*env)
         return MANGO_OK;
@@ -309,8 +311,11 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     snapshot_src s;
     memset(&s, 0, sizeof s);
     int prc = pace_of(&s.bytes_per_s);
+    /* Pacing leaves the pool's disk to the log's syncs: a snapshot on
+     * another disk, or in memory, takes nothing from them. */
+    disk_relation where = p->pd.mode == PERSIST_FS ? disks_relation(p->pd.fd, path) : DISK_SAME_OR_UNKNOWN;
     if (prc == MANGO_OK)
-        prc = share_of(p->pd.mode, &s.share);
+        prc = share_of(p->pd.mode, where == DISK_SAME_OR_UNKNOWN, &s.share);
     if (prc != MANGO_OK)
         return prc;
     if (s.bytes_per_s) /* a pace in MB/s replaces the share */
@@ -401,6 +406,7 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     job->reported = false;
     job->heap_bytes = s.heap_bytes;
     job->share = s.share;
+    job->shares_disk = p->pd.mode == PERSIST_FS && where == DISK_SAME_OR_UNKNOWN;
     job->bytes_per_s = s.bytes_per_s;
     return MANGO_OK;
 }

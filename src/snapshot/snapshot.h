@@ -41,6 +41,7 @@ typedef struct snapshot_job {
     uint64_t heap_bytes; /* the durable heap's extent it copies */
     unsigned share;      /* its pace: percent of the time in writeback (100: not paced by share) */
     uint64_t bytes_per_s; /* or its pace in bytes a second (0: none) */
+    bool shares_disk;     /* fs mode: path may be on one of the pool's disks (disks.h) */
     char tmp_path[4200]; /* where it builds the pool: removed if it dies */
     char path[4200];     /* the snapshot's (for messages) */
     bool reported;       /* its report is read (got_report: whole), the writer not yet reaped */
