@@ -55,6 +55,8 @@ NDB = 16
 # server handling
 
 from redis_net import free_port, wait_for_ping  # noqa: E402  (shared with the other driver)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "pylib"))
+from proc_stats import cpu_seconds  # noqa: E402  (shared with tests/rpc)
 
 
 class DurableServer:
@@ -3018,13 +3020,6 @@ def test_keyspace_notifications_wait_for_their_batch(server_factory, how):
     assert "t" in replied and replied["t"] - t0 > 0.25, "the write did not wait for its 300 ms sync; timing off"
     early = [(round(at, 3), ch) for at, ch in got if at < 0.25]
     assert not early, f"messages before the write's batch was durable: {early}"
-
-
-def cpu_seconds(pid):
-    """User + system CPU time of a process, from /proc/PID/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @pytest.mark.parametrize("mode", ["fs", "sim"])

@@ -16,11 +16,15 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "pylib"))
+from proc_stats import cpu_seconds  # noqa: E402  (shared with redis/tests)
 
 BINARY = os.environ.get("ADD_SERVER", "build/examples/rpc_add/add_server")
 MUTANT = os.environ.get("ADD_SERVER_MUTANT")  # a runtime whose commit does not sync
@@ -273,12 +277,6 @@ def mute_client(port, requests):
     sender = threading.Thread(target=flood, daemon=True)
     sender.start()
     return mute, sender
-
-
-def cpu_seconds(pid):
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_client_that_never_reads_stalls_only_itself(pool):
