@@ -62,6 +62,27 @@ static void device(unsigned maj, unsigned min, const char *dir)
     link_to(target, rel);
 }
 
+/* A partition: a device whose directory has a "partition" file. */
+static void partition(unsigned maj, unsigned min, const char *dir)
+{
+    device(maj, min, dir);
+    char rel[256];
+    snprintf(rel, sizeof rel, "%s/partition", dir);
+    touch(rel, "1\n");
+}
+
+/* A stacked device's slave: <dir>/slaves/<name> -> the slave's directory
+ * (target relative to devices/). */
+static void slave(const char *dir, const char *name, const char *target)
+{
+    char rel[256], to[256];
+    snprintf(rel, sizeof rel, "%s/slaves", dir);
+    mkdirs(rel);
+    snprintf(rel, sizeof rel, "%s/slaves/%s", dir, name);
+    snprintf(to, sizeof to, "../../../../%s", target);
+    link_to(to, rel);
+}
+
 static disk_set of(unsigned maj, unsigned min)
 {
     disk_set s = {0};
@@ -82,42 +103,33 @@ static void fake_sysfs(dev_t real)
     mkdir(root, 0755);
     mkdirs("dev/block");
     device(240, 0, "devices/pci/block/vda");
-    device(240, 1, "devices/pci/block/vda/vda1");
-    touch("devices/pci/block/vda/vda1/partition", "1\n");
-    device(240, 2, "devices/pci/block/vda/vda2");
-    touch("devices/pci/block/vda/vda2/partition", "2\n");
+    partition(240, 1, "devices/pci/block/vda/vda1");
+    partition(240, 2, "devices/pci/block/vda/vda2");
     device(240, 16, "devices/pci/block/vdb");
-    device(240, 17, "devices/pci/block/vdb/vdb1");
-    touch("devices/pci/block/vdb/vdb1/partition", "1\n");
+    partition(240, 17, "devices/pci/block/vdb/vdb1");
     /* LVM volume on vda2 */
     device(241, 0, "devices/virtual/block/dm-0");
-    mkdirs("devices/virtual/block/dm-0/slaves");
-    link_to("../../../../pci/block/vda/vda2", "devices/virtual/block/dm-0/slaves/vda2");
+    slave("devices/virtual/block/dm-0", "vda2", "pci/block/vda/vda2");
     /* md mirror of sda and sdb, a partition of it */
     device(242, 0, "devices/ata/block/sda");
     device(242, 16, "devices/ata/block/sdb");
-    device(242, 17, "devices/ata/block/sdb/sdb1");
-    touch("devices/ata/block/sdb/sdb1/partition", "1\n");
+    partition(242, 17, "devices/ata/block/sdb/sdb1");
     device(243, 0, "devices/virtual/block/md0");
-    mkdirs("devices/virtual/block/md0/slaves");
-    link_to("../../../../ata/block/sda", "devices/virtual/block/md0/slaves/sda");
-    link_to("../../../../ata/block/sdb", "devices/virtual/block/md0/slaves/sdb");
-    device(243, 1, "devices/virtual/block/md0/md0p1");
-    touch("devices/virtual/block/md0/md0p1/partition", "1\n");
+    slave("devices/virtual/block/md0", "sda", "ata/block/sda");
+    slave("devices/virtual/block/md0", "sdb", "ata/block/sdb");
+    partition(243, 1, "devices/virtual/block/md0/md0p1");
     /* a device-mapper device over itself (sysfs never says that: bounded) */
     device(241, 1, "devices/virtual/block/dm-1");
     mkdirs("devices/virtual/block/dm-1/slaves");
     link_to("..", "devices/virtual/block/dm-1/slaves/dm-1");
     /* ten disks under one md: more than a set holds */
     device(243, 2, "devices/virtual/block/md1");
-    mkdirs("devices/virtual/block/md1/slaves");
     for (int i = 0; i < 10; i++) {
-        char dir[96], lnk[96], target[96];
-        snprintf(dir, sizeof dir, "devices/nvme/block/nvme%dn1", i);
+        char dir[96], name[32];
+        snprintf(name, sizeof name, "nvme%dn1", i);
+        snprintf(dir, sizeof dir, "devices/nvme/block/%s", name);
         device(244, (unsigned)i, dir);
-        snprintf(lnk, sizeof lnk, "devices/virtual/block/md1/slaves/nvme%dn1", i);
-        snprintf(target, sizeof target, "../../../../nvme/block/nvme%dn1", i);
-        link_to(target, lnk);
+        slave("devices/virtual/block/md1", name, dir + strlen("devices/"));
     }
     /* the real device of /var/tmp, and loop devices over files on it and
      * in /dev/shm, and over a file that is gone */
