@@ -518,6 +518,8 @@ typedef struct mango_stats {
     uint64_t heap_capacity;      /* bytes the durable heap may grow to (mango_heap_room) */
     uint64_t recovery_frames_replayed; /* committed batches this process's start replayed from the log */
     uint64_t recovery_blocks_replayed; /* their entries (a big batch's from its file) */
+    uint64_t recovery_torn_tail;       /* 1: that start discarded an incomplete last frame (a batch
+                                        * whose commit a crash cut short: never acknowledged) */
     uint64_t log_data_ranges;    /* data-range entries logged (stores of 4 KiB or more into the heap) */
     uint64_t log_data_bytes;     /* the bytes they carried */
     uint64_t reads_waited;       /* read-only commands that waited for a sync (fs, sim): with

@@ -313,6 +313,13 @@ static int run_demo(void)
     printf("kvstore demo: pool %s: %s, %" PRIu64 " updates applied so far\n",
            O.pool ? O.pool : (getenv("MANGO_POOL") ? getenv("MANGO_POOL") : "(default)"),
            status_name(st), before);
+    if (st == MANGO_RECOVERED) {
+        mango_stats r;
+        mango_get_stats(&r);
+        printf("kvstore demo: recovery replayed %" PRIu64 " committed batches from the log%s\n",
+               r.recovery_frames_replayed,
+               r.recovery_torn_tail ? " and discarded an incomplete last one (never acknowledged)" : "");
+    }
     pthread_t th[4];
     for (uintptr_t t = 0; t < 4; t++)
         pthread_create(&th[t], NULL, demo_thread, (void *)t);

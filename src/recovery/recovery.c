@@ -84,6 +84,12 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
         return rc;
     recovery_tracef("replay: log validated (%llu frames, %llu blocks)", (unsigned long long)res.frames,
                     (unsigned long long)res.entries);
+    /* (From this whole-log scan: the later ones stop at valid_end.) */
+    rep->torn_tail = res.torn_tail;
+    rep->torn_lsn = res.torn_lsn;
+    if (res.torn_tail)
+        recovery_tracef("replay: torn tail discarded at lsn %llu (a batch never acknowledged)",
+                        (unsigned long long)res.torn_lsn);
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {
@@ -117,8 +123,6 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
             return rc;
     }
     recovery_trace("replay: heap root previewed");
-    rep->torn_tail = res.torn_tail;
-    rep->torn_lsn = res.torn_lsn;
     big_batch_scan bigr = {.path = p->big_batch_path, .visit = replay_visit, .arg = &c};
     rc = redo_log_scan(pool_log(p), p->hdr->log_size, p->head.head_lsn, p->head.next_seq,
                        p->head.generation, valid_end, big_batch_visit, &bigr, &res);

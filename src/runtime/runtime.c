@@ -1626,6 +1626,7 @@ void mango_get_stats(mango_stats *out)
     out->heap_capacity = rt.up && rt.durable ? rt.heap_size : 0;
     out->recovery_frames_replayed = rt.recovery.frames_replayed;
     out->recovery_blocks_replayed = rt.recovery.blocks_replayed;
+    out->recovery_torn_tail = rt.recovery.torn_tail ? 1 : 0;
     if (rt.up) {
         out->log_capacity = rt.log.cap;
         uint64_t committed = atomic_load(&rt.log.committed_lsn), applied = atomic_load(&rt.backend.applied_lsn);

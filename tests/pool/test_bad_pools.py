@@ -103,6 +103,10 @@ def run(*args, timeout=TIMEOUT):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout)
 
 
+def run_env(env, *args, timeout=TIMEOUT):
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
 def sha256(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -543,10 +547,17 @@ def test_corrupt_last_frame_is_a_torn_tail(workdir):
     assert after["torn_tail"] and after["torn_lsn"] == last["lsn"]
     assert after["committed_frames"] == len(frames) - 1
     assert sha256(p) == before
-    k = reopen(p)
+    k = run_env(dict(os.environ, MANGO_TRACE_RECOVERY="1"), KVSTORE, "demo", "--pool", p, "--mode", "emulated")
     assert k.returncode == 0, k.stderr
     assert "RECOVERED" in k.stdout
+    # Recovery says what it discarded (its trace, and mango_stats.recovery_torn_tail in the demo's output).
+    assert "replay: torn tail discarded at lsn %d" % last["lsn"] in k.stderr, k.stderr
+    assert re.search(r"recovery replayed %d committed batches from the log and discarded an incomplete last one"
+                     % (len(frames) - 1), k.stdout), k.stdout
     assert check(p).returncode == 0
+    k = run_env(dict(os.environ, MANGO_TRACE_RECOVERY="1"), KVSTORE, "demo", "--pool", p, "--mode", "emulated")
+    assert k.returncode == 0 and "torn tail" not in k.stderr, k.stderr  # the next start has none
+    assert "recovery replayed 0 committed batches from the log\n" in k.stdout, k.stdout
 
 
 # ---- mirror ----
