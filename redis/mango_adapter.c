@@ -109,7 +109,7 @@ static __thread uint64_t note_epoch = 1;
 static __thread client *noted_client;
 static __thread uint64_t noted_epoch;
 static uintptr_t heap_lo, heap_hi;
-static char init_msg[512];  /* logged once logging is configured */
+static char init_msg[1024];  /* logged once logging is configured */
 /* Test hook (redis/tests): MANGO_REDIS_TEST_COPYING_COMMAND=NAME lists one
  * more command as copying its arguments, so a test can list one that keeps
  * them (SET) and see the check stop the server (copies_argument_bytes). */
@@ -407,8 +407,16 @@ void mangoRedisInit(int argc, char **argv)
     size_t span = (pool && stat(pool, &st) == 0) ? (size_t)st.st_size : ((size_t)1 << 40);
     heap_hi = heap_lo + span;
     atexit(mango_atexit);
-    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s%s", pool ? pool : "(default)",
-             mode && *mode ? mode : "emulated", mango_recovered ? "RECOVERED" : "FRESH",
+    char replayed[160] = "";
+    if (mango_recovered) {
+        mango_stats rs;
+        mango_get_stats(&rs);
+        snprintf(replayed, sizeof replayed, " (%llu committed batch%s replayed from the log%s)",
+                 (unsigned long long)rs.recovery_frames_replayed, rs.recovery_frames_replayed == 1 ? "" : "es",
+                 rs.recovery_torn_tail ? "; an incomplete last one, never acknowledged, discarded" : "");
+    }
+    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s%s%s", pool ? pool : "(default)",
+             mode && *mode ? mode : "emulated", mango_recovered ? "RECOVERED" : "FRESH", replayed,
              test_reads_ignore_keys ? " (TEST MUTANT MANGO_REDIS_TEST_READS_IGNORE_KEYS: reads do not "
                                       "wait for the writes they observe; never use it in production)" : "");
     if (mango_recovered && durable_magic != MANGO_REDIS_MAGIC) {

@@ -316,8 +316,8 @@ static int run_demo(void)
     if (st == MANGO_RECOVERED) {
         mango_stats r;
         mango_get_stats(&r);
-        printf("kvstore demo: recovery replayed %" PRIu64 " committed batches from the log%s\n",
-               r.recovery_frames_replayed,
+        printf("kvstore demo: recovery replayed %" PRIu64 " committed batch%s from the log%s\n",
+               r.recovery_frames_replayed, r.recovery_frames_replayed == 1 ? "" : "es",
                r.recovery_torn_tail ? " and discarded an incomplete last one (never acknowledged)" : "");
     }
     pthread_t th[4];

@@ -541,6 +541,9 @@ def test_core_scenario_survives_restart(server_factory, mode, first, second):
     s.restart(first)
     after = snapshot(s)
     assert_same(before, after, f"after {first} ({mode})")
+    # The start-up line says what recovery replayed: nothing after a clean shutdown.
+    replayed = re.findall(r"mode \w+: RECOVERED \((\d+) committed batch(?:es)? replayed from the log", s.logtext())
+    assert replayed and (first != "shutdown" or replayed[-1] == "0"), s.logtext()[-2000:]
     r = s.client()
     assert r.get("ttl:short") is None and r.exists("ttl:short") == 0 and r.ttl("ttl:short") == -2
     assert r.execute_command("PEXPIRETIME", "ttl:pxat") == ABS_PXAT
