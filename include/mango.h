@@ -427,8 +427,8 @@ int mango_scratch(const void *addr, size_t len);
  * so leave room for a pool's size at path. The snapshot is a sparse file
  * (its log ring is all holes): the first mango_init that opens it for
  * writing reserves all of its blocks and writes its ring (a 256 MiB ring:
- * about 0.3 s), and fails with MANGO_EIO, the file unchanged, when the disk
- * lacks room for the pool's full size. */
+ * about 0.3 s), and fails with MANGO_EIO, the file unchanged (its disk
+ * space too), when the disk lacks room for the pool's full size. */
 /* Pacing. MANGO_SNAPSHOT_SHARE=P: the writer keeps the disk busy P % of
  * the time at most (after each 2 MiB piece it idles (100 - P) / P of the
  * time the piece's writeback took), so that the application's log syncs

@@ -170,6 +170,17 @@ static int zero_where_zero(int fd, byte_range r, uint64_t *written, const char *
     return rc;
 }
 
+/* A refused reservation leaves the file as it was, its space included: a
+ * failed fallocate may have reserved part of what it was asked for, which
+ * would keep the file system full until the pool is removed. Every range
+ * that was a hole before becomes one again (unwritten: no byte changes). */
+static void give_back(int fd, const byte_range *holes, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        (void)fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)holes[i].start,
+                        (off_t)(holes[i].end - holes[i].start));
+}
+
 static int give_sparse_pool_its_blocks(int fd, const char *path, uint64_t size, uint64_t log_offset,
                                        uint64_t log_size)
 {
@@ -178,22 +189,44 @@ static int give_sparse_pool_its_blocks(int fd, const char *path, uint64_t size, 
     struct stat before;
     if (fstat(fd, &before) != 0)
         return mango_error(MANGO_EIO, "cannot stat %s: %s", path, strerror(errno));
+    uint64_t held = (uint64_t)before.st_blocks * 512;
     byte_range *holes;
     size_t nholes;
-    int rc = find_holes(fd, log_offset, log_offset + log_size, &holes, &nholes, path);
+    int rc = find_holes(fd, 0, size, &holes, &nholes, path);
     if (rc != MANGO_OK)
         return rc;
-    if (fallocate(fd, 0, 0, (off_t)size) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
-        int e = errno;
-        free(holes);
-        uint64_t held = (uint64_t)before.st_blocks * 512;
-        return mango_error(MANGO_EIO,
-                           "cannot reserve the disk blocks of pool %s (%llu MiB, %llu MiB of it "
-                           "held so far: it is sparse, a backup or a copy): %s; free disk space, "
-                           "or open it read-only (mango check, mango copy)",
-                           path, (unsigned long long)(size >> 20), (unsigned long long)(held >> 20),
-                           strerror(e));
+    struct statfs fs;
+    uint64_t free_bytes = fstatfs(fd, &fs) == 0 ? (uint64_t)fs.f_bfree * (uint64_t)fs.f_bsize : UINT64_MAX;
+    /* (held counts the file's metadata blocks too: an estimate, used only
+     * to skip a reservation that cannot succeed even with root's reserve) */
+    int err = size > held && size - held > free_bytes ? ENOSPC : 0;
+    const char *t = getenv("MANGO_FAULT_RESERVE_ANYWAY"); /* (tests: reach a fallocate that fails) */
+    if (t && strcmp(t, "1") == 0)
+        err = 0;
+    if (!err && fallocate(fd, 0, 0, (off_t)size) != 0 && errno != EOPNOTSUPP && errno != ENOSYS) {
+        err = errno;
+        give_back(fd, holes, nholes);
     }
+    if (err) {
+        free(holes);
+        return mango_error(MANGO_EIO,
+                           "cannot reserve the disk blocks of pool %s: %s (the pool is %llu MiB, its file "
+                           "holds %llu MiB, the file system has %llu MiB free; a sparse pool, such as a "
+                           "backup or a copy, gets all its blocks at its first writable open); free disk "
+                           "space, or open it read-only (mango check, mango copy)",
+                           path, strerror(err), (unsigned long long)(size >> 20), (unsigned long long)(held >> 20),
+                           (unsigned long long)(free_bytes == UINT64_MAX ? 0 : free_bytes >> 20));
+    }
+    /* Of those holes, the log ring's (written once: commits then never
+     * change file metadata). */
+    size_t nring = 0;
+    for (size_t i = 0; i < nholes; i++) {
+        uint64_t a = holes[i].start > log_offset ? holes[i].start : log_offset;
+        uint64_t b = holes[i].end < log_offset + log_size ? holes[i].end : log_offset + log_size;
+        if (a < b)
+            holes[nring++] = (byte_range){a, b};
+    }
+    nholes = nring;
     uint64_t filled = 0;
     for (size_t i = 0; i < nholes && rc == MANGO_OK; i++)
         rc = zero_where_zero(fd, holes[i], &filled, path);
@@ -490,6 +523,20 @@ static int validate(pool *p, const char *path, size_t file_size)
 
 int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
 {
+    return pool_open_expecting(p, path, mode, writable, NULL);
+}
+
+static int check_expected(const pool *p, const pool_expect *e)
+{
+    int rc = pool_check_fingerprint(p, e->fingerprint, e->fingerprint_text);
+    if (rc == MANGO_OK && p->hdr->heap_base != e->heap_base)
+        rc = mango_error(MANGO_ELAYOUT, "pool's durable heap is at %#llx, configuration says %#llx",
+                         (unsigned long long)p->hdr->heap_base, (unsigned long long)e->heap_base);
+    return rc;
+}
+
+int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writable, const pool_expect *expect)
+{
     memset(p, 0, sizeof *p);
     p->fd = -1;
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
@@ -532,6 +579,8 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
     }
     p->size = size;
     int rc = validate(p, path, size);
+    if (rc == MANGO_OK && expect)
+        rc = check_expected(p, expect);
     if (rc != MANGO_OK || !writable) {
         if (rc != MANGO_OK) {
             munmap(p->base, size);

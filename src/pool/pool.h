@@ -1,8 +1,10 @@
 /* pool.h -- creating, validating, locking and mapping a pool file.
  *
- * Opening never writes: every check (size, magic, version, checksums, region
- * table) runs on a read-only view first, so a bad pool is reported and left
- * byte-for-byte unchanged. A writable open holds an exclusive flock for as long
+ * Every check (size, magic, version, checksums, region table, and the
+ * opener's layout and heap address) runs on a read-only view first, so a bad
+ * pool is reported and left byte-for-byte unchanged. Only then may a writable
+ * open write: a sparse pool (a backup) gets its blocks and its log ring
+ * written once, which changes no byte of its contents. A writable open holds an exclusive flock for as long
  * as the pool is open; a second process gets MANGO_EBUSY.
  */
 #ifndef MANGO_POOL_H
@@ -74,6 +76,17 @@ int pool_publish_no_replace(const char *tmp, const char *path);
 /* Open and validate. mode AUTO (0) picks the mode from the file system.
  * writable: lock exclusively and map read-write. */
 int pool_open(pool *p, const char *path, persist_mode mode, bool writable);
+/* What the opener needs the pool to be: written by a process with this
+ * layout (fingerprint) and with its durable heap at heap_base. */
+typedef struct pool_expect {
+    uint64_t fingerprint;
+    const char *fingerprint_text;
+    uint64_t heap_base;
+} pool_expect;
+/* pool_open that also checks expect (may be NULL) on the read-only view,
+ * before a writable open writes anything (a sparse pool's fill): a pool
+ * refused for its layout is left as it was, blocks and all. */
+int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writable, const pool_expect *expect);
 void pool_close(pool *p);
 /* In a fork() child: drop this process's mapping and descriptors of the pool
  * file without writing anything (no sync, no unlock: the lock belongs to

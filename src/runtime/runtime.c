@@ -680,19 +680,15 @@ static int open_durable(const mango_config *cfg, int *status)
             close(kept_lock_fd);
         kept_lock_fd = -1;
     }
-    rc = pool_open(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true);
+    /* (The layout and heap address are checked before a sparse pool's fill
+     * writes anything.) */
+    pool_expect expect = {.fingerprint = rt.layout.fingerprint, .fingerprint_text = rt.layout.text,
+                          .heap_base = cfg->heap_base};
+    rc = pool_open_expecting(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true, &expect);
     if (rc)
         return rc;
     recovery_trace("init: pool opened and validated");
     pool *p = &rt.pool;
-    rc = pool_check_fingerprint(p, rt.layout.fingerprint, rt.layout.text);
-    if (rc)
-        goto fail_pool;
-    if (p->hdr->heap_base != cfg->heap_base) {
-        rc = mango_error(MANGO_ELAYOUT, "pool's durable heap is at %#llx, configuration says %#llx",
-                         (unsigned long long)p->hdr->heap_base, (unsigned long long)cfg->heap_base);
-        goto fail_pool;
-    }
     rt.heap_size = p->hdr->heap_capacity;
     rt.heap = mmap((void *)(uintptr_t)cfg->heap_base, rt.heap_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);

@@ -21,12 +21,14 @@ for the tmpfs case root (a 16 MiB tmpfs); skipped otherwise. Uses test_bad_pools
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 
 import pytest
 
-from test_bad_pools import (KVSTORE, MANGO, check, make_pending_pool, read_at, run, sha256)
+from test_bad_pools import (HDR_FINGERPRINT, KVSTORE, MANGO, check, fix_header_crc, make_pending_pool, read_at, run,
+                            sha256, write_at)
 
 pytestmark = pytest.mark.skipif(
     not (KVSTORE and MANGO and os.access(KVSTORE, os.X_OK) and os.access(MANGO, os.X_OK)),
@@ -78,8 +80,9 @@ def hole_bytes(path, start, end):
         os.close(fd)
 
 
-def verify(pool, ack):
-    return run(KVSTORE, "verify", "--pool", pool, "--ack", ack, "--mode", "fs", *WORKER, timeout=120)
+def verify(pool, ack, env_extra=None):
+    args = [str(a) for a in (KVSTORE, "verify", "--pool", pool, "--ack", ack, "--mode", "fs", *WORKER)]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=dict(os.environ, **(env_extra or {})))
 
 
 def assert_nothing_lost(v):
@@ -127,6 +130,26 @@ def test_a_sparse_copy_with_unapplied_frames_recovers_every_acknowledged_write(d
     assert os.stat(dest).st_blocks * 512 >= os.path.getsize(dest), "blocks not reserved"
 
 
+def test_a_sparse_copy_refused_for_its_layout_is_not_filled(diskdir):
+    """A backup opened by a build with another layout is refused before its
+    fill: its ring keeps its holes and its file its size on disk (the fill
+    used to run first, then the refusal said the pool was left unchanged)."""
+    p = os.path.join(diskdir, "pool")
+    r = run(KVSTORE, "demo", "--pool", p, "--mode", "fs", "--pool-size", "32M", "--log-size", "8M")
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    dest = os.path.join(diskdir, "copy")
+    assert run(MANGO, "copy", p, dest).returncode == 0
+    write_at(dest, HDR_FINGERPRINT, struct.pack("<Q", 0x0123456789ABCDEF))  # another build's
+    fix_header_crc(dest)
+    off, size = log_ring(dest)
+    holes, blocks, digest = hole_bytes(dest, off, off + size), os.stat(dest).st_blocks, sha256(dest)
+    k = run(KVSTORE, "demo", "--pool", dest, "--mode", "fs")
+    assert k.returncode == 2 and "different layout" in k.stderr, (k.returncode, k.stderr)
+    assert "sparse" not in k.stderr, k.stderr
+    assert hole_bytes(dest, off, off + size) == holes and os.stat(dest).st_blocks == blocks, "filled, then refused"
+    assert sha256(dest) == digest
+
+
 def test_a_new_pool_is_not_touched_again(diskdir):
     """A pool made by pool_create on disk already has its blocks and ring:
     its heap's unwritten extents (holes to SEEK_HOLE) are not written."""
@@ -137,6 +160,11 @@ def test_a_new_pool_is_not_touched_again(diskdir):
     r = run(KVSTORE, "demo", "--pool", p, "--mode", "fs")
     assert r.returncode == 0 and "sparse" not in r.stderr, (r.stdout, r.stderr)
     assert hole_bytes(p, 0, os.path.getsize(p)) >= holes - (4 << 20)  # the demo's own writes only
+
+
+def free_bytes(path):
+    st = os.statvfs(path)
+    return st.f_bfree * st.f_frsize
 
 
 @pytest.fixture
@@ -165,10 +193,20 @@ def test_a_sparse_pool_that_does_not_fit_is_refused_at_open_and_left_unchanged(d
     r = run(MANGO, "copy", p, dest)  # fits: only its written bytes
     assert r.returncode == 0, (r.stdout, r.stderr)
     before = sha256(dest)
+    free_before = free_bytes(small_disk)
     v = verify(dest, os.path.join(diskdir, "ack"))
     assert v.returncode == 2, (v.returncode, v.stdout, v.stderr)  # a clear error, not a SIGBUS
-    assert re.search(r"cannot reserve the disk blocks of pool .*copy \(32 MiB, \d+ MiB of it held so far: "
-                     r"it is sparse, a backup or a copy\): No space left on device", v.stderr), v.stderr
+    refused = (r"cannot reserve the disk blocks of pool .*copy: No space left on device \(the pool is 32 MiB, "
+               r"its file holds \d+ MiB, the file system has \d+ MiB free; a sparse pool")
+    assert re.search(refused, v.stderr), v.stderr
+    assert free_bytes(small_disk) == free_before, "the refused open kept disk space"
+    # Past the free-space check (as when metadata or another writer takes the
+    # last blocks): the fallocate fails after reserving part of the file, and
+    # the open gives that part back.
+    v = verify(dest, os.path.join(diskdir, "ack"), env_extra={"MANGO_FAULT_RESERVE_ANYWAY": "1"})
+    assert v.returncode == 2 and re.search(refused, v.stderr), (v.returncode, v.stderr)
+    assert free_bytes(small_disk) >= free_before - (64 << 10), \
+        "a failed reservation kept %d KiB" % ((free_before - free_bytes(small_disk)) >> 10)
     assert sha256(dest) == before, "a refused pool was changed"
     assert check(dest).returncode == 0  # read-only opens still work
     back = os.path.join(diskdir, "back")
