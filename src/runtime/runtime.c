@@ -892,6 +892,7 @@ int mango_scratch(const void *addr, size_t len)
 
 struct mango_snapshot_job {
     const char *path;
+    bool shares_disk; /* (found before the write side is taken) */
     snapshot_job job;
     double t0, held_until;
     int rc;
@@ -909,7 +910,7 @@ static void snapshot_locked(void *arg)
     int rc = drain_pipeline();
     uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
-        rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, &j->job);
+        rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, j->shares_disk, &j->job);
     if (rc == MANGO_OK && recovery_heap_still_shared()) {
         /* The fork could not make a restored heap private (recovery.c says
          * so on stderr): the child would see the pool's later writes. */
@@ -947,6 +948,7 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
         return mango_error(MANGO_ENOMEM, "mango_snapshot: no memory for the job");
     j->path = path;
     j->t0 = t0;
+    j->shares_disk = snapshot_shares_disk(&rt.pool, path);
     int rc = fc_execute_locked(rt.fc, snapshot_locked, j);
     if (rc == MANGO_OK)
         rc = j->rc;

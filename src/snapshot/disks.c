@@ -66,6 +66,8 @@ static bool follow_loop(const char *sysfs, const char *dir, disk_set *s, int dep
         file[strcspn(file, "\n")] = 0;
     if (!got || stat(file, &st) != 0 || statfs(file, &sf) != 0) /* (a deleted one reads "... (deleted)") */
         s->unknown = true;
+    else if (S_ISBLK(st.st_mode)) /* over a block device: its disks (its node lives in devtmpfs) */
+        add_disks_of_dev(sysfs, st.st_rdev, s, depth + 1);
     else if (!in_memory(&sf)) /* (a file in memory: this device is on no disk) */
         add_disks_of_dev(sysfs, st.st_dev, s, depth + 1);
     return true;

@@ -6,7 +6,7 @@
  * A block device is followed down to the disks under it: a partition to its
  * disk, a loop device to the disks of its backing file, a stacked device
  * (device-mapper, md) to its slaves; a loop device over a file in memory is
- * on no disk. A file system with no block device of
+ * on no disk, one over a block device on that device's disks. A file system with no block device of
  * its own (st_dev major 0: btrfs, overlayfs, NFS, FUSE) is "unknown", and so
  * is anything sysfs does not explain: unknown counts as sharing a disk, so
  * the doubt keeps the pacing.

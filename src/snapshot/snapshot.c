@@ -74,6 +74,23 @@ static double mono_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* The writer idles for pacing, in slices of at most 100 ms, so that it
+ * notices its parent gone (a slow disk at a 1 % share owes 99 times each
+ * piece's writeback: seconds). Counts what it slept. 0, or -1 once the
+ * parent is gone. */
+static int idle(const snapshot_src *s, double seconds)
+{
+    double until = mono_s() + seconds;
+    for (double now = mono_s(); now < until; now = mono_s()) {
+        if (parent_gone(s))
+            return -1;
+        double slice = until - now < 0.1 ? until - now : 0.1;
+        usleep((useconds_t)(slice * 1e6));
+        paced_total += mono_s() - now;
+    }
+    return 0;
+}
+
 /* The heap up to its top into the file at off0, all-zero pages left as
  * holes (they read as zeros), with pwrite (a full file system is ENOSPC
  * here, where a store into a mapping of a sparse file is SIGBUS): runs of
@@ -120,15 +137,13 @@ static int copy_heap(const snapshot_src *s, int fd, uint64_t off0, const char *h
             owed += (mono_s() - w0) * (double)(100 - s->share) / (double)s->share;
         if (owed >= 0.001) {
             double slept = mono_s();
-            usleep((useconds_t)(owed * 1e6));
+            if (idle(s, owed) != 0)
+                return -ECHILD;
             owed -= mono_s() - slept;
-            paced_total += mono_s() - slept;
         }
         double ahead = s->bytes_per_s ? (double)written / (double)s->bytes_per_s - (mono_s() - t0) : 0;
-        if (ahead > 0) { /* paced: the application's own writes keep most of the disk */
-            usleep((useconds_t)(ahead * 1e6));
-            paced_total += ahead;
-        }
+        if (ahead > 0 && idle(s, ahead) != 0) /* paced: the application's own writes keep most of the disk */
+            return -ECHILD;
     }
     return 0;
 }
@@ -306,16 +321,21 @@ static int pace_of(uint64_t *bytes_per_s)
     return MANGO_OK;
 }
 
-int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, snapshot_job *job)
+bool snapshot_shares_disk(const pool *p, const char *path)
+{
+    return p->pd.mode == PERSIST_FS && disks_relation(p->pd.fd, path) == DISK_SAME_OR_UNKNOWN;
+}
+
+int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, bool shares_disk,
+                   snapshot_job *job)
 {
     snapshot_src s;
     memset(&s, 0, sizeof s);
     int prc = pace_of(&s.bytes_per_s);
     /* Pacing leaves the pool's disk to the log's syncs: a snapshot on
      * another disk, or in memory, takes nothing from them. */
-    disk_relation where = p->pd.mode == PERSIST_FS ? disks_relation(p->pd.fd, path) : DISK_SAME_OR_UNKNOWN;
     if (prc == MANGO_OK)
-        prc = share_of(p->pd.mode, where == DISK_SAME_OR_UNKNOWN, &s.share);
+        prc = share_of(p->pd.mode, shares_disk, &s.share);
     if (prc != MANGO_OK)
         return prc;
     if (s.bytes_per_s) /* a pace in MB/s replaces the share */
@@ -406,7 +426,7 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
     job->reported = false;
     job->heap_bytes = s.heap_bytes;
     job->share = s.share;
-    job->shares_disk = p->pd.mode == PERSIST_FS && where == DISK_SAME_OR_UNKNOWN;
+    job->shares_disk = p->pd.mode == PERSIST_FS && shares_disk;
     job->bytes_per_s = s.bytes_per_s;
     return MANGO_OK;
 }

@@ -55,7 +55,13 @@ typedef struct snapshot_job {
  * layout. The bits of the frames from applied_lsn to the log's tail are
  * read from the log itself. MANGO_OK (then call snapshot_finish), or an
  * error (nothing was started). */
-int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, snapshot_job *job);
+int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, const char *path, bool shares_disk,
+                   snapshot_job *job);
+/* Before taking the write side (it reads /sys, and may stat a loop
+ * device's backing file): whether a snapshot at path competes with p's log
+ * syncs for a disk, as snapshot_start's shares_disk wants it (fs mode and
+ * path maybe on one of the pool's disks; disks.h). */
+bool snapshot_shares_disk(const pool *p, const char *path);
 /* After the write side is released: wait until the writer holds none of
  * the process's descriptors but its report pipe (a listening socket it kept
  * would refuse a restarted server its port). MANGO_OK, or the writer's

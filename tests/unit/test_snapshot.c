@@ -447,6 +447,78 @@ static int stalling(const char *mode, const char *pool, const char *snap)
     return 3; /* not reached: killed */
 }
 
+/* The writer's pid, from its temporary file's name ("<snap>.tmp.<pid>"); 0 if none. */
+static pid_t writer_pid(const char *snap)
+{
+    const char *base = strrchr(snap, '/') + 1;
+    char prefix[256];
+    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
+    pid_t pid = 0;
+    DIR *d = opendir("/var/tmp");
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
+            pid = (pid_t)atol(e->d_name + strlen(prefix));
+    if (d)
+        closedir(d);
+    return pid;
+}
+
+/* Running: not gone, not a zombie. */
+static bool running(pid_t pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *c = strrchr(buf, ')');
+    return c && c[2] != 'Z' && c[2] != 'X';
+}
+
+/* A writer paced to 1 MB/s idles for seconds after its first piece: killed
+ * then, its process stops within a few tenths of a second (it idles in
+ * slices, looking for its parent), not once the idle time is over. */
+static void killed_while_paced(const char *self, const char *mode, const char *pool, const char *snap)
+{
+    unlink(snap);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("MANGO_SNAPSHOT_MBPS", "1", 1);
+        setenv("MANGO_SNAPSHOT_SHARE", "1", 1);
+        execl(self, "test_snapshot", "paced", mode, pool, snap, (char *)NULL);
+        _exit(127);
+    }
+    pid_t w = 0;
+    for (int i = 0; i < 200 && (w = writer_pid(snap)) == 0; i++)
+        sleep_ms(25);
+    CHECK(w > 0);
+    sleep_ms(300); /* into its pacing */
+    kill(pid, SIGKILL);
+    int st;
+    waitpid(pid, &st, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (w > 0 && running(w)) {
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (t1.tv_sec - t0.tv_sec > 20)
+            break;
+        sleep_ms(10);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double took = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+    printf("%s: a paced writer (1 MB/s) stopped %.2f s after its parent was killed\n", mode, took);
+    CHECK(w > 0 && !running(w) && took < 1.0);
+    CHECK(!exists(snap));
+    /* its temporary file goes with the next snapshot to that path */
+    CHECK(start(pool, test_mode_named(mode)) == MANGO_RECOVERED);
+    CHECK(mango_snapshot(snap, NULL) == MANGO_OK && leftovers(snap) == 0);
+    CHECK(mango_shutdown() == MANGO_OK);
+    unlink(snap);
+}
+
 static void killed_during_snapshot(const char *self, const char *mode, const char *pool, const char *snap)
 {
     unlink(snap);
@@ -484,6 +556,18 @@ int main(int argc, char **argv)
         return verify(argv[2], argv[3], argv[4]);
     if (argc >= 5 && strcmp(argv[1], "stall") == 0)
         return stalling(argv[2], argv[3], argv[4]);
+    if (argc >= 5 && strcmp(argv[1], "paced") == 0) { /* (paced by the environment: killed_while_paced) */
+        if (start(argv[3], test_mode_named(argv[2])) != MANGO_RECOVERED || mango_batch_begin() != MANGO_OK)
+            return 2;
+        char *ballast = malloc(6u << 20); /* durable, non-zero: the writer has 6 MiB to copy */
+        if (!ballast)
+            return 2;
+        memset(ballast, 0x5a, 6u << 20);
+        if (mango_batch_end() != MANGO_OK)
+            return 2;
+        mango_snapshot(argv[4], NULL);
+        return 3; /* not reached: killed */
+    }
     srand((unsigned)getpid());
     CHECK(mango_snapshot("/var/tmp/never", NULL) == MANGO_EINVAL); /* before mango_init */
     char snap[96];
@@ -502,6 +586,7 @@ int main(int argc, char **argv)
         online_snapshot("/proc/self/exe", modes[i], pool, snap);
         errors(modes[i], pool, snap);
         killed_during_snapshot("/proc/self/exe", modes[i], pool, snap);
+        killed_while_paced("/proc/self/exe", modes[i], pool, snap);
         big_batch_pending("/proc/self/exe", modes[i], pool, snap);
         unlink(pool);
         unlink(snap);

@@ -4,6 +4,7 @@
  * slaves, loop devices, cycles, too many disks), on the real /sys with loop
  * devices when run as root, and through mango_snapshot's report. */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,6 +97,21 @@ static bool share(unsigned a1, unsigned a2, unsigned b1, unsigned b2)
     return disks_may_share(&a, &b);
 }
 
+/* A block device node in /dev for dev; false if there is none. */
+static bool block_node(dev_t dev, char *out, size_t n)
+{
+    DIR *d = opendir("/dev");
+    bool found = false;
+    for (struct dirent *e; d && !found && (e = readdir(d));) {
+        struct stat st;
+        snprintf(out, n, "/dev/%s", e->d_name);
+        found = stat(out, &st) == 0 && S_ISBLK(st.st_mode) && st.st_rdev == dev;
+    }
+    if (d)
+        closedir(d);
+    return found;
+}
+
 /* The fake tree. Majors 240-247 (local/experimental), away from the real
  * device of /var/tmp, which the loop devices' backing files are on. */
 static void fake_sysfs(dev_t real)
@@ -149,6 +165,15 @@ static void fake_sysfs(dev_t real)
     mkdirs("devices/virtual/block/loop2/loop");
     touch("devices/virtual/block/loop2/loop/backing_file", "/var/tmp/no-such-file (deleted)\n");
     device(7, 3, "devices/virtual/block/loop3"); /* no file attached: a disk of its own */
+    /* a loop device over the block device node of /var/tmp's disk (the node
+     * is in devtmpfs, a tmpfs: not to be taken for memory) */
+    device(7, 4, "devices/virtual/block/loop4");
+    mkdirs("devices/virtual/block/loop4/loop");
+    char node[300];
+    if (block_node(real, node, sizeof node)) {
+        snprintf(text, sizeof text, "%s\n", node);
+        touch("devices/virtual/block/loop4/loop/backing_file", text);
+    }
 }
 
 static void fake_tree_cases(void)
@@ -196,6 +221,15 @@ static void fake_tree_cases(void)
     CHECK(of(7, 2).unknown); /* its file is gone */
     s = of(7, 3);
     CHECK(!s.unknown && s.n == 1 && strstr(s.disk[0], "loop3"));
+    char node[300];
+    if (block_node(st.st_dev, node, sizeof node)) {
+        s = of(7, 4);
+        CHECK(!s.unknown && s.n == 1 && strstr(s.disk[0], "hosta")); /* the disk of the device it is over */
+        CHECK(share(7, 4, major(st.st_dev), minor(st.st_dev)));
+    } else {
+        printf("skipped a loop device over a block device: no node in /dev for %u:%u\n", major(st.st_dev),
+               minor(st.st_dev));
+    }
     CHECK(of(0, 40).unknown);  /* no block device of its own (btrfs, overlayfs, NFS) */
     CHECK(of(245, 9).unknown); /* not in sysfs */
     CHECK(share(0, 40, 240, 0));
