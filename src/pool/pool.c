@@ -422,7 +422,8 @@ int pool_create(const char *path, const pool_create_params *pp)
     h->version = POOL_FORMAT_VERSION;
     h->header_size = sizeof *h;
     h->pool_size = pool_size;
-    h->created_mode = pp->mode;
+    /* The mode it was made for; AUTO (0) records what AUTO picks for this file. */
+    h->created_mode = pp->mode ? pp->mode : pool_detect_mode(fd, pool_size);
     h->region_count = n;
     h->log_offset = log_offset;
     h->log_size = pp->log_size;

@@ -799,3 +799,19 @@ def test_inspect_shows_data_ranges(workdir):
     assert check(p).returncode == 0
     v = run(BIG_BATCH, "verify", "emulated", p, "6", "-")
     assert v.returncode == 20, (v.returncode, v.stdout, v.stderr)  # recovered, the big batch replayed
+
+
+def test_created_mode_is_recorded(workdir):
+    """The header's created_mode is the mode the pool was made for: an
+    explicit one as given, and with the default mode (auto) what auto picked
+    for the file (emulated on tmpfs, fs on a disk file system), not "?" (0),
+    which every pool made with the default showed before session 32."""
+    p = make_pool(workdir)
+    assert inspect_json(p)["header"]["created_mode"] == "emulated"
+    q = os.path.join(workdir, "auto")
+    r = run(KVSTORE, "demo", "--pool", q, "--pool-size", POOL_SIZE, "--log-size", LOG_SIZE)
+    assert r.returncode == 0 and "FRESH" in r.stdout, r.stderr
+    fs_type = subprocess.run(["stat", "-f", "-c", "%T", workdir], capture_output=True, text=True).stdout.strip()
+    h = inspect_json(q)["header"]
+    assert h["created_mode"] == ("emulated" if fs_type == "tmpfs" else "fs"), (fs_type, h)
+    assert "created mode     %s" % h["created_mode"] in run(MANGO, "inspect", q).stdout
