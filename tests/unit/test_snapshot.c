@@ -195,7 +195,7 @@ static bool exists(const char *path)
 }
 
 /* Files in /var/tmp named "<base of snap>.tmp.*": a writer's leftovers. */
-static int leftovers(const char *snap)
+static int leftovers_of(const char *snap, pid_t *writer)
 {
     const char *base = strrchr(snap, '/') + 1;
     char prefix[256];
@@ -203,11 +203,17 @@ static int leftovers(const char *snap)
     int n = 0;
     DIR *d = opendir("/var/tmp");
     for (struct dirent *e; d && (e = readdir(d));)
-        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
+            n++;
+            if (writer) /* its name ends in the writer's pid */
+                *writer = (pid_t)atol(e->d_name + strlen(prefix));
+        }
     if (d)
         closedir(d);
     return n;
 }
+
+static int leftovers(const char *snap) { return leftovers_of(snap, NULL); }
 
 /* A TCP socket listening on 127.0.0.1:port (0: any), SO_REUSEADDR as
  * servers set it; -1 if it cannot bind. */
@@ -450,16 +456,8 @@ static int stalling(const char *mode, const char *pool, const char *snap)
 /* The writer's pid, from its temporary file's name ("<snap>.tmp.<pid>"); 0 if none. */
 static pid_t writer_pid(const char *snap)
 {
-    const char *base = strrchr(snap, '/') + 1;
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
     pid_t pid = 0;
-    DIR *d = opendir("/var/tmp");
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0)
-            pid = (pid_t)atol(e->d_name + strlen(prefix));
-    if (d)
-        closedir(d);
+    leftovers_of(snap, &pid);
     return pid;
 }
 
