@@ -5,6 +5,7 @@
 
 #include <dirent.h>
 #include <limits.h>
+#include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,12 +14,6 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#ifndef TMPFS_MAGIC
-#define TMPFS_MAGIC 0x01021994
-#endif
-#ifndef RAMFS_MAGIC
-#define RAMFS_MAGIC 0x858458f6
-#endif
 
 static bool in_memory(const struct statfs *f) { return f->f_type == TMPFS_MAGIC || f->f_type == RAMFS_MAGIC; }
 
@@ -179,16 +174,4 @@ disk_relation disks_relation(int pool_fd, const char *path)
     disks_of_device("/sys", ps.st_dev, &a);
     disks_of_device("/sys", ds.st_dev, &b);
     return disks_may_share(&a, &b) ? DISK_SAME_OR_UNKNOWN : DISK_OTHER;
-}
-
-const char *disk_relation_name(disk_relation r)
-{
-    switch (r) {
-    case DISK_OTHER:
-        return "another disk than the pool's";
-    case DISK_MEMORY:
-        return "memory";
-    default:
-        return "the pool's disk";
-    }
 }

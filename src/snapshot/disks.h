@@ -41,6 +41,5 @@ typedef enum disk_relation {
 /* Where a new file at path (its directory exists) would be, against the
  * file open at pool_fd. Reads /sys. */
 disk_relation disks_relation(int pool_fd, const char *path);
-const char *disk_relation_name(disk_relation r);
 
 #endif
