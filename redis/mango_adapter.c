@@ -72,6 +72,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 /* Defined in server.c without a declaration in server.h. */
@@ -185,6 +186,19 @@ static mango_setting *setting_named(const char *option)
     return NULL;
 }
 
+/* daemonize and supervised, as read_settings finds them (the last occurrence
+ * wins, as in Redis): see start_in_background(). */
+static char *seen_daemonize, *seen_supervised;
+
+static void redis_option_seen(const char *option, const char *value)
+{
+    char **slot = !strcasecmp(option, "daemonize") ? &seen_daemonize
+                : !strcasecmp(option, "supervised") ? &seen_supervised : NULL;
+    if (!slot) return;
+    zfree(*slot);
+    *slot = zstrdup(value);
+}
+
 static void setting_found(const char *option, const char *value, const char *from)
 {
     mango_setting *st = setting_named(option);
@@ -213,6 +227,7 @@ static void read_settings_file(const char *path, int depth)
             }
         } else if (a && n == 2) {
             if (setting_named(a[0])) setting_found(a[0], a[1], from ? from : (from = zstrdup(path)));
+            else redis_option_seen(a[0], a[1]);
         } else if (a && n > 0 && setting_named(a[0])) {
             fprintf(stderr, "Mangosteen: %s: '%s' takes exactly one value\n", path, a[0]);
             exit(1);
@@ -235,6 +250,9 @@ static void read_settings(int argc, char **argv)
     int from_stdin = 0;
     for (; j < argc; j++) {
         if (!strcmp(argv[j], "-") && (j == 1 || j == argc - 1)) from_stdin = 1; /* as Redis decides */
+        if (!strncmp(argv[j], "--", 2) && !setting_named(argv[j] + 2) && j + 1 < argc &&
+            strncmp(argv[j + 1], "--", 2) != 0)
+            redis_option_seen(argv[j] + 2, argv[j + 1]);
         if (strncmp(argv[j], "--", 2) != 0 || !setting_named(argv[j] + 2)) continue;
         if (j + 1 >= argc || !strncmp(argv[j + 1], "--", 2)) {
             fprintf(stderr, "Mangosteen: %s needs a value\n", argv[j]);
@@ -260,6 +278,109 @@ static void read_settings(int argc, char **argv)
         fprintf(stderr, "Mangosteen: with the configuration on stdin, give the pool as --mango-pool PATH or "
                 "MANGO_POOL=PATH (mango-* options on stdin are read too late)\n");
         exit(1);
+    }
+}
+
+/* ---- daemonize ----------------------------------------------------------
+ * Redis forks into the background (daemonize yes) after loading its
+ * configuration, long after mangoRedisInit() opened the pool, and a fork()
+ * child may not write the pool (the runtime's threads stay in the parent).
+ * So when Redis is going to daemonize, the adapter forks first, before the
+ * pool opens, and Redis's own fork is skipped (mangoDaemonize). Until that
+ * point the parent waits and relays the child's stderr, then exits with the
+ * child's status: a pool that cannot be opened or a bad directive is still
+ * reported on the terminal with a non-zero exit, as stock Redis reports a bad
+ * directive. The prediction follows redisIsSupervised(): supervised upstart
+ * or systemd (or auto) only counts when its environment variable is set;
+ * a supervisor that then does not answer makes Redis want to daemonize after
+ * all, which mangoDaemonize() refuses with an explanation. */
+void daemonize(void); /* server.c's (not in server.h) */
+static int started_in_background;
+static int background_ready = -1; /* the pipe that tells the waiting parent to exit 0 */
+
+static int redis_will_daemonize(void)
+{
+    if (!seen_daemonize || strcasecmp(seen_daemonize, "yes") != 0) return 0;
+    const char *sup = seen_supervised ? seen_supervised : "no";
+    int upstart = getenv("UPSTART_JOB") != NULL, systemd = getenv("NOTIFY_SOCKET") != NULL;
+    if (!strcasecmp(sup, "upstart")) return !upstart;
+    if (!strcasecmp(sup, "systemd")) return !systemd;
+    if (!strcasecmp(sup, "auto")) return !upstart && !systemd;
+    return 1;
+}
+
+static void start_in_background(void)
+{
+    int err[2], ready[2];
+    if (pipe(err) != 0 || pipe(ready) != 0) {
+        fprintf(stderr, "Mangosteen: daemonize yes: pipe: %s\n", strerror(errno));
+        exit(1);
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "Mangosteen: daemonize yes: fork: %s\n", strerror(errno));
+        exit(1);
+    }
+    if (pid > 0) { /* the parent: relay until the child is in the background or gone */
+        close(err[1]);
+        close(ready[1]);
+        char buf[4096];
+        for (;;) {
+            ssize_t n = read(err[0], buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) break;
+            for (ssize_t off = 0; off < n;) {
+                ssize_t w = write(STDERR_FILENO, buf + off, (size_t)(n - off));
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) break;
+                off += w;
+            }
+        }
+        char ok = 0;
+        while (read(ready[0], &ok, 1) < 0 && errno == EINTR) {}
+        if (ok == 'R') _exit(0);
+        int status = 0; /* the child is on its way out: its exit status */
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+    close(err[0]);
+    close(ready[0]);
+    setsid(); /* as Redis's daemonize() */
+    if (dup2(err[1], STDERR_FILENO) < 0) exit(1);
+    close(err[1]);
+    background_ready = ready[1];
+    started_in_background = 1;
+}
+
+void mangoDaemonize(int background)
+{
+    if (!started_in_background) {
+        if (!background) return;
+        if (!mango_on) {
+            daemonize();
+            return;
+        }
+        fprintf(stderr, "Mangosteen: Redis is to go into the background (daemonize yes), which the adapter did not "
+                "foresee when it opened the pool (daemonize given on stdin, or a supervisor named by 'supervised' "
+                "that did not answer); a process that forks after opening the pool cannot write it. Give "
+                "daemonize in the config file or on the command line, or set daemonize no\n");
+        exit(1);
+    }
+    if (!background)
+        serverLog(LL_WARNING, "Mangosteen: started in the background (daemonize yes), though Redis's configuration "
+                  "in the end says not to (daemonize no on stdin?); staying in the background");
+    ssize_t w;
+    do w = write(background_ready, "R", 1); while (w < 0 && errno == EINTR);
+    close(background_ready);
+    background_ready = -1;
+    int fd = open("/dev/null", O_RDWR, 0); /* as Redis's daemonize(): every output goes to /dev/null */
+    if (fd != -1) {
+        dup2(fd, STDIN_FILENO);
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO); /* closes the parent's pipe: it exits 0 */
+        if (fd > STDERR_FILENO) close(fd);
     }
 }
 
@@ -386,6 +507,7 @@ void mangoRedisInit(int argc, char **argv)
     cfg.pool_path = setting_named("mango-pool")->value; /* NULL: the runtime's default */
     cfg.max_threads = 4; /* the main thread; bio threads only free (deferred) */
     mango_callbacks cb = {.is_read_only = dummy_ro, .process_request = dummy_process};
+    if (redis_will_daemonize()) start_in_background();
     used_memory_before_init = zmalloc_used_memory();
     int rc = mango_init(&cfg, &cb);
     used_memory_restored = zmalloc_used_memory();

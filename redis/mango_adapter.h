@@ -29,6 +29,12 @@
  * the main config file or as --mango-* arguments, or the environment
  * (MANGO_POOL, MANGO_MODE, MANGO_POOL_SIZE, MANGO_LOG_SIZE); see docs/redis.md. */
 void mangoRedisInit(int argc, char **argv);
+/* main(), instead of "if (background) daemonize();": when Redis was going to
+ * daemonize, mangoRedisInit() forked before opening the pool (a fork() child
+ * may not write it) and this finishes the job (stdio to /dev/null, the
+ * waiting parent exits 0); exit 1 with an explanation if Redis wants the
+ * background after all (daemonize given on stdin, a silent supervisor). */
+void mangoDaemonize(int background);
 /* The mango-* options as Redis's config loading stores them (config.c). */
 extern char *mango_conf_pool, *mango_conf_mode, *mango_conf_pool_size, *mango_conf_log_size;
 /* Replaces initServer()'s database creation and createSharedObjects(): on a

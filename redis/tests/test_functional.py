@@ -54,7 +54,7 @@ NDB = 16
 # --------------------------------------------------------------------------
 # server handling
 
-from redis_net import free_port, wait_for_ping  # noqa: E402  (shared with the other driver)
+from redis_net import free_port, ping, wait_for_ping  # noqa: E402  (shared with the other driver)
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "pylib"))
 from proc_stats import cpu_seconds  # noqa: E402  (shared with tests/rpc)
 
@@ -1431,6 +1431,84 @@ def test_replicaof_is_refused(srv):
     assert rc == 1 and "replicaof is not supported with a pool" in log, (rc, log[-1500:])
     rc, log = start_refused(srv, ["--cluster-enabled", "yes"])
     assert rc == 1 and "cluster mode is not supported with a pool" in log, (rc, log[-1500:])
+
+
+def start_daemonized(s, args, stdin=None, conf_lines=()):
+    """Runs s's server with daemonize yes (in a config file written from
+    conf_lines, as Debian's /etc/redis/redis.conf has it, plus args): returns
+    (exit status of the command, its stderr, the daemon's pid or None)."""
+    s.runs += 1
+    s.port = free_port()
+    s.log = os.path.join(s.dir, f"server-{s.runs}.log")
+    pidfile = os.path.join(s.dir, f"server-{s.runs}.pid")
+    conf = os.path.join(s.dir, f"server-{s.runs}.conf")
+    with open(conf, "w") as f:
+        f.write("".join(line + "\n" for line in conf_lines))
+    argv = [s.binary, conf, "--port", str(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--logfile", s.log, "--pidfile", pidfile, "--dir", s.dir] + s.memcheck + list(args)
+    p = subprocess.run(argv, env=s.env, input=stdin, stdin=None if stdin is not None else subprocess.DEVNULL,
+                       capture_output=True, timeout=120)
+    pid = None
+    if p.returncode == 0:
+        wait_until(lambda: os.path.exists(pidfile) and open(pidfile).read().strip(), what="the pid file")
+        pid = int(open(pidfile).read())
+    return p.returncode, p.stderr.decode(errors="replace"), pid
+
+
+def test_daemonize_yes(server_factory):
+    """daemonize yes (Debian's redis.conf has it): Redis forks into the
+    background after loading its configuration, long after the pool is open,
+    and a fork() child may not write the pool, so the first write used to stop
+    the server ("this process is a fork() child of the process that opened
+    the pool"). The adapter now forks before opening the pool; the command
+    returns once the server is in the background, and still reports a bad
+    pool or a bad directive with exit status 1. A daemon killed with SIGKILL
+    recovers everything it acknowledged."""
+    s = server_factory("emulated")
+    s.stop("shutdown")
+    for how, conf, args in [("config file", ["daemonize yes"], []), ("command line", [], ["--daemonize", "yes"])]:
+        rc, err, pid = start_daemonized(s, args, conf_lines=conf)
+        assert rc == 0 and pid, (how, rc, err, s.logtext()[-1500:])
+        try:
+            assert pid != os.getpid() and os.path.exists(f"/proc/{pid}")
+            wait_until(lambda: ping(s.port), what="the daemon's PING")
+            r = Redis(host="127.0.0.1", port=s.port, socket_timeout=60)
+            before = r.incr("starts")
+            for i in range(200):  # many batches, not just the first
+                r.set(f"k{i}", i)
+                r.incr("n")
+            assert r.get("k199") == b"199"
+            r.close()
+        finally:
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
+                   open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the daemon's death")
+        assert "RECOVERED" in s.logtext(), s.logtext()[-1500:]
+        assert "fork() child" not in s.logtext(), s.logtext()[-1500:]
+    rc, err, pid = start_daemonized(s, ["--daemonize", "yes"])
+    try:
+        r = Redis(host="127.0.0.1", port=s.port, socket_timeout=60)
+        assert r.get("starts") == b"2" and r.get("n") == b"400" and r.get("k0") == b"0", s.logtext()[-1500:]
+        r.shutdown(nosave=True)
+        r.close()
+    except RedisConnectionError:
+        pass
+    finally:
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
+                   open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the daemon's exit")
+    # a bad directive and a pool that cannot be opened: still reported, exit 1
+    rc, err, _ = start_daemonized(s, ["--daemonize", "yes", "--no-such-directive", "1"])
+    assert rc == 1 and "Bad directive" in err, (rc, err)
+    with open(os.path.join(s.dir, "bad.pool"), "wb") as f:
+        f.write(b"not a pool" * 100000)
+    env = s.env
+    s.env = dict(env, MANGO_POOL=os.path.join(s.dir, "bad.pool"))
+    rc, err, _ = start_daemonized(s, ["--daemonize", "yes"])
+    s.env = env
+    assert rc == 1 and "cannot open the pool" in err and "not a Mangosteen pool" in err, (rc, err)
+    # daemonize yes given on stdin is read after the pool opened: refused, explained
+    rc, err, _ = start_daemonized(s, ["-"], stdin=b"daemonize yes\n")
+    assert rc == 1 and "did not foresee" in err, (rc, err)
 
 
 @pytest.mark.parametrize("refusal", ["port", "setting"])
