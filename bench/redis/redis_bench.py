@@ -62,6 +62,11 @@ disk's sync speed; results.md reports it. AOF-always's throughput follows it,
 and on a VM it varies from day to day, so the fs / AOF-always ratios of two
 runs compare only with it in view. --dsync-probe "" skips the probe.
 
+--replica: every server gets a replica, Debian's stock redis-server, attached
+after the load (diskless full sync) and caught up before the run; the run then
+measures a master streaming its writes. results.csv records how long the
+replica took to catch up after the run and how many MB the run streamed.
+
 --quick: the CTest smoke (2 systems, workload A, 4 clients, 2000 records,
 1 s); exits 77 (skip) when stock redis-server is missing.
 Exit status: 0 ok; 1 a run failed or had errors; 2 usage; 77 skipped.
@@ -98,7 +103,7 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
               "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
-              "queue_pushes", "queue_pops"]
+              "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb"]
 
 
 def log(*a):
@@ -259,6 +264,59 @@ class QueueLoad:
             delay = t0 + self.pushes / self.rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
+
+
+class Replica:
+    """--replica: a stock redis-server replicating from a server under test
+    (diskless full sync), with its own directory; nothing persisted."""
+
+    def __init__(self, args, master_port, workdir, tag):
+        self.port = free_port()
+        self.dir = os.path.join(workdir, "replica-%s" % tag)
+        os.makedirs(self.dir, exist_ok=True)
+        self.keep = args.keep
+        reply = redis_cmd(master_port, "CONFIG", "SET", "repl-diskless-sync-delay", "0")
+        if not reply.startswith("+OK"):
+            raise RuntimeError("CONFIG SET repl-diskless-sync-delay answered %r" % reply)
+        cmd = [args.stock, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+               "--daemonize", "no", "--dir", self.dir, "--logfile", os.path.join(self.dir, "replica.log"),
+               "--replicaof", "127.0.0.1", str(master_port)]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.STDOUT, preexec_fn=pinned_to(args.pin and args.pin[0]))
+
+    def info_field(self, port, field):
+        with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
+            sk.sendall(resp_request("INFO", "replication"))
+            buf = b""
+            while b"\r\n" not in buf or len(buf) < buf.index(b"\r\n") + 2 + int(buf[1:buf.index(b"\r\n")]):
+                d = sk.recv(65536)
+                if not d:
+                    raise RuntimeError("INFO replication: connection closed")
+                buf += d
+        for line in buf.decode(errors="replace").split("\r\n")[1:]:
+            if line.startswith(field + ":"):
+                return line.split(":", 1)[1]
+        return None
+
+    def catch_up(self, master_port, timeout=300):
+        """Seconds until the replica's link is up and it has the master's whole stream."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError("the replica exited; log %s" % os.path.join(self.dir, "replica.log"))
+            if ping_once(self.port) and self.info_field(self.port, "master_link_status") == "up":
+                if self.info_field(self.port, "slave_repl_offset") == \
+                        self.info_field(master_port, "master_repl_offset"):
+                    return time.monotonic() - t0
+            time.sleep(0.01)
+        raise RuntimeError("the replica did not catch up within %ss" % timeout)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        if not self.keep:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Server:
@@ -456,6 +514,7 @@ def disk_probe(args):
 
 def one_run(args, workdir, system, clients, mix, tag, target=None):
     srv = Server(args, system, workdir, tag)
+    replica = None
     try:
         srv.start()
         args.records_for_phase = args.records
@@ -470,6 +529,10 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
             reply = redis_cmd(srv.port, "SET", "ttl:%d" % i, "v", "EX", "86400")
             if not reply.startswith("+OK"):
                 raise RuntimeError("%s: SET with a TTL answered %r" % (system, reply))
+        if args.replica:
+            replica = Replica(args, srv.port, workdir, "%s-%s" % (system, tag))
+            replica.catch_up(srv.port)
+            offset0 = int(replica.info_field(srv.port, "master_repl_offset"))
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
         s0 = proc_cpu_seconds(srv.proc.pid)
@@ -490,7 +553,12 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         server_cpu = ("%.2f" % ((s1 - s0) * 1e6 / int(res["ops"]))
                       if s0 is not None and s1 is not None and int(res.get("ops", 0) or 0) > 0 else "")
         status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
-        return dict(status=status, ops=res["ops"], seconds=res["seconds"],
+        catchup = stream_mb = ""
+        if replica:  # after the run: how far behind the replica was, and how much it received
+            catchup = "%.3f" % replica.catch_up(srv.port, timeout=120)
+            stream_mb = "%.1f" % ((int(replica.info_field(srv.port, "master_repl_offset")) - offset0) / 1e6)
+        return dict(replica_catchup_s=catchup, replica_stream_mb=stream_mb,
+                    status=status, ops=res["ops"], seconds=res["seconds"],
                     ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
                     p99_us=float(res["p99_us"]), p999_us=float(res.get("p999_us", "nan")),
                     mean_us=float(res.get("mean_us", "nan")), errors=int(res.get("errors", 0)),
@@ -503,6 +571,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu,
                     queue_pushes=qpush, queue_pops=qpop)
     finally:
+        if replica:
+            replica.close()
         srv.close()
 
 
@@ -582,6 +652,13 @@ def write_md(args, rows, path, meta, recovery_rows):
         out.append("- during each run a queue beside the workload: one producer LPUSHes at %g/s, one consumer "
                    "waits in BLPOP, so Redis serves a blocked client after most pushes (%d pushes, %d pops "
                    "over the runs shown)" % (args.queue_rate, pushes, pops))
+    if getattr(args, "replica", False):
+        rrows = [r for r in rows if r.get("status") == "ok" and r.get("replica_catchup_s") not in (None, "")]
+        worst = max((float(r["replica_catchup_s"]) for r in rrows), default=float("nan"))
+        out.append("- every server had a replica: Debian's stock redis-server, attached after the load "
+                   "(diskless full sync, then caught up before the run), so each run streams its writes to "
+                   "it; after the run the replica caught up within %.3f s at worst (column "
+                   "`replica_catchup_s` of results.csv; `replica_stream_mb`: the stream of the run)" % worst)
     out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
                "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
                    args.fs_dir, meta["fs_type"], args.shm_dir))
@@ -1205,6 +1282,10 @@ def main():
                    help="during each run, a queue beside the workload: one producer LPUSHes this many "
                         "times a second and one consumer pops in BLPOP, so Redis serves a blocked client "
                         "after most pushes (default 0: none)")
+    p.add_argument("--replica", action="store_true",
+                   help="give every server a replica: Debian's stock redis-server (--stock), attached after the "
+                        "load with a diskless full sync and caught up before the run, so the run streams its "
+                        "writes to it; results.csv records how long it took to catch up after the run")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
     p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
     args = p.parse_args()
@@ -1279,7 +1360,7 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate")}
+                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate", "replica")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
