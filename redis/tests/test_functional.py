@@ -1520,6 +1520,7 @@ def test_a_stock_replica_follows_a_durable_master(server_factory):
         rep.caught_up(r)
         same_digests(r, rep)
         followed = log_bytes_of_writes("followed")
+        assert r.execute_command("WAIT", 1, 10000) == 1  # the replica acknowledged all of it
         rep.caught_up(r)
         same_digests(r, rep)
         print(f"log bytes of the writes: {alone} alone, {followed} with a replica")
@@ -1575,14 +1576,23 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
             assert seen > 0.25, f"the replica had k{i} {seen * 1000:.0f} ms after the SET, before its 300 ms sync"
             assert acked["t"] - t0 > 0.25
         w = s.client()
-        th = threading.Thread(target=lambda: pytest.raises(RedisConnectionError, w.set, "lost", "v"))
+        outcome = {}
+
+        def lost_writer():
+            try:
+                w.set("lost", "v")
+                outcome["acked"] = time.monotonic() - t0
+            except Exception as e:  # the kill (or the client closed by it)
+                outcome["error"] = e
         t0 = time.monotonic()
+        th = threading.Thread(target=lost_writer)
         th.start()
         while time.monotonic() - t0 < 0.15:
             assert rep.r.get("lost") is None, "the replica had a write its master had not made durable"
             time.sleep(0.002)
         s.stop("kill")
         th.join()
+        assert "acked" not in outcome, f"the SET was acknowledged at {outcome['acked']:.3f} s: timing off"
         time.sleep(0.2)
         assert rep.r.get("lost") is None, "the replica had a write its master had not made durable"
         assert s.start() == "RECOVERED"
@@ -1592,6 +1602,55 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
         rep.caught_up(r)
         same_digests(r, rep)
         assert r.get("k2") == b"v"
+    finally:
+        rep.stop()
+
+
+def test_evictions_send_replicas_only_what_is_durable(server_factory):
+    """performEvictions() flushes the replicas' output every 16 keys it
+    evicts (flushSlavesOutputBuffers), around the event loop's write pass:
+    that sent a replica the writes of the current batch before they were
+    durable. Now it writes only what mangoReplyHeld() releases. Sim mode, 300
+    ms syncs: one pipeline SETs a marker, lowers maxmemory by 1 MB and SETs
+    again (hundreds of 1 KB keys evicted in one call); the replica must not
+    have the marker before the batch's sync is over; afterwards master and
+    replica agree."""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    r = s.client()
+    r.config_set("repl-diskless-sync-delay", 0)
+    r.config_set("maxmemory-policy", "allkeys-random")
+    p = r.pipeline(transaction=False)
+    for i in range(4000):
+        p.set(f"fill:{i}", "x" * 1000)
+    p.execute()
+    rep = StockReplica(s.dir, s.port)
+    try:
+        rep.caught_up(r)
+        used = int(r.info("memory")["used_memory"])
+        w = s.client()
+        done = {}
+
+        def writer():
+            p = w.pipeline(transaction=False)
+            p.set("marker", "v")
+            p.config_set("maxmemory", used - (1 << 20))
+            p.set("after", "v")
+            done["replies"] = p.execute()
+            done["t"] = time.monotonic() - t0
+        t0 = time.monotonic()
+        th = threading.Thread(target=writer)
+        th.start()
+        while rep.r.get("marker") is None:
+            assert time.monotonic() - t0 < 10, "the marker never reached the replica"
+            time.sleep(0.002)
+        seen = time.monotonic() - t0
+        th.join()
+        assert seen > 0.25, f"the replica had the marker {seen * 1000:.0f} ms after it was sent, before its sync"
+        evicted = int(r.info("stats")["evicted_keys"])
+        assert evicted >= 16, f"only {evicted} keys evicted: the flush inside the eviction loop did not run"
+        r.config_set("maxmemory", 0)
+        rep.caught_up(r)
+        same_digests(r, rep)
     finally:
         rep.stop()
 
