@@ -999,7 +999,11 @@ static int keep_transient_argv(client *c)
      * an inner command (client tracking's pending invalidations, propagation)
      * are released when the outer call() ends, after the inner check. */
     if (call_depth != 1 || !(copies_argument_bytes(c->cmd) || value_argument(c, 1) >= 0)) return 0;
-    if (server.aof_state != AOF_OFF || server.repl_backlog != NULL || listLength(server.slaves) != 0)
+    /* Replication is no reason to copy: alsoPropagate()'s references are
+     * released by propagatePendingCommands() in afterCommand(), before
+     * mangoCallEnd() checks (replicationFeedSlaves copies the bytes). AOF,
+     * refused at start-up, would be checked the same way; kept out anyway. */
+    if (server.aof_state != AOF_OFF)
         return 0;
     if (server.blocked_clients != 0)
         return 0; /* signalKeyAsReady() keeps the key object until the blocked clients are served */
