@@ -466,8 +466,51 @@ static void mango_atexit(void)
     mango_on = 0;
 }
 
+/* The modes of main() that print or check something and exit before any
+ * dataset exists (--version, --help, --test-memory, --check-system, and the
+ * redis-check-rdb/-aof programs, chosen by the executable's name): they get
+ * no pool. Opening one would create a 1 GiB pool file for nothing, or fail
+ * on the pool a running server holds ("redis-server-durable --version" then
+ * stopped with "cannot open the pool"). */
+static int exits_before_serving(int argc, char **argv)
+{
+    const char *exec_name = strrchr(argv[0], '/');
+    exec_name = exec_name ? exec_name + 1 : argv[0];
+    if (strstr(exec_name, "redis-check-rdb") || strstr(exec_name, "redis-check-aof")) return 1;
+    if (argc < 2) return 0;
+    const char *a = argv[1]; /* where main() looks for them */
+    return !strcmp(a, "-v") || !strcmp(a, "--version") || !strcmp(a, "-h") || !strcmp(a, "--help") ||
+           !strcmp(a, "--test-memory") || !strcmp(a, "--check-system");
+}
+
+/* --help: the Mangosteen options, before Redis's own usage. */
+static void mango_usage(void)
+{
+    fprintf(stderr,
+            "redis-server-durable: Redis 7.0.15 made durable by Mangosteen: every write is in the pool before\n"
+            "its reply is sent, and a restart (after a crash too) recovers the pool's datasets (docs/redis.md).\n"
+            "\n"
+            "Mangosteen options, as redis.conf lines, --options or environment variables (not on stdin):\n"
+            "  mango-pool PATH       MANGO_POOL       the pool file; made at the first start\n"
+            "                                         (default /dev/shm/mango-redis-server-durable.pool)\n"
+            "  mango-mode MODE       MANGO_MODE       emulated (default: memory only, survives process crashes),\n"
+            "                                         fs (a disk file, synced; survives power loss), pmem (DAX),\n"
+            "                                         auto (picked from the file system), sim, none (tests)\n"
+            "  mango-pool-size SIZE  MANGO_POOL_SIZE  a new pool's size, bytes or with k/m/g (default 1g)\n"
+            "  mango-log-size SIZE   MANGO_LOG_SIZE   a new pool's log (default 64m; 256m for a pool of 1g or\n"
+            "                                         more on a disk)\n"
+            "Refused with a pool: replicaof (a durable server does serve replicas), cluster-enabled yes,\n"
+            "appendonly yes. A new pool imports dump.rdb from --dir if there is one.\n"
+            "Example: redis-server-durable --mango-pool /var/lib/redis/redis.pool --mango-mode fs --save \"\"\n"
+            "\n");
+}
+
 void mangoRedisInit(int argc, char **argv)
 {
+    if (exits_before_serving(argc, argv)) {
+        if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) mango_usage();
+        return; /* mango_on stays 0: no pool */
+    }
     mango_config cfg;
     mango_config_default(&cfg);
     test_copying_command = getenv("MANGO_REDIS_TEST_COPYING_COMMAND");

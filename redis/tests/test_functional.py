@@ -1763,6 +1763,36 @@ def test_evictions_send_replicas_only_what_is_durable(server_factory):
         rep.stop()
 
 
+def test_version_help_and_check_modes_open_no_pool(srv):
+    """--version, --help, --check-system and the redis-check-rdb program
+    (the same binary by another name) print or check and exit: they must
+    not open a pool. They used to: --version created a 1 GiB pool file where
+    none was, and stopped with "cannot open the pool" on the pool of a
+    running server. --help lists the mango-* options before Redis's usage."""
+    env = dict(srv.env)  # MANGO_POOL: the running server's pool
+    p = subprocess.run([SERVER, "--version"], env=env, capture_output=True, timeout=60)
+    assert p.returncode == 0 and b"Redis server v=7.0.15" in p.stdout, (p.returncode, p.stdout, p.stderr)
+    nowhere = os.path.join(srv.dir, "none.pool")
+    env_new = dict(env, MANGO_POOL=nowhere)
+    for args in (["--version"], ["-v"], ["--help"], ["-h"], ["--check-system"]):
+        p = subprocess.run([SERVER] + args, env=env_new, capture_output=True, timeout=120)
+        assert "cannot open the pool" not in p.stderr.decode(errors="replace"), (args, p.stderr)
+        assert not os.path.exists(nowhere), f"{args} made a pool"
+    p = subprocess.run([SERVER, "--help"], env=env, capture_output=True, timeout=60)
+    err = p.stderr.decode(errors="replace")
+    assert "mango-pool PATH" in err and "MANGO_MODE" in err and "Usage:" in err, err
+    assert err.index("mango-pool PATH") < err.index("Usage:")
+    r = srv.client()
+    r.set("k", "v")
+    r.save()
+    checker = os.path.join(srv.dir, "redis-check-rdb")
+    os.symlink(os.path.abspath(SERVER), checker)
+    p = subprocess.run([checker, os.path.join(srv.dir, "dump.rdb")], env=env_new, capture_output=True, timeout=60)
+    assert p.returncode == 0 and b"1 keys read" in p.stdout, (p.returncode, p.stdout[-800:], p.stderr[-800:])
+    assert not os.path.exists(nowhere)
+    assert r.get("k") == b"v"  # the running server was not disturbed
+
+
 def start_daemonized(s, args, stdin=None, conf_lines=()):
     """Runs s's server with daemonize yes (in a config file written from
     conf_lines, as Debian's /etc/redis/redis.conf has it, plus args): returns
