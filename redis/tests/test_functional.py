@@ -1546,7 +1546,8 @@ def test_a_stock_replica_follows_a_durable_master(server_factory):
     with the replica than without (1.03x; before session 33 the blocks were
     allocated and written in the durable heap: 1.90x). Every command that
     runs on transient arguments runs with the replica attached (the server
-    stops if propagation kept one). The master killed with SIGKILL restarts RECOVERED on
+    stops if propagation kept one). A dropped link resumes with a partial
+    resync from the backlog. The master killed with SIGKILL restarts RECOVERED on
     its pool (with a new replication ID: the backlog is not durable), the
     replica, pointed at it again, resyncs in full and has the same data;
     writes after that replicate too."""
@@ -1572,6 +1573,14 @@ def test_a_stock_replica_follows_a_durable_master(server_factory):
         rep.caught_up(r)
         same_digests(r, rep)
         assert "kept or replaced a transient argument" not in s.logtext()
+        # a dropped link: the replica continues from the (transient) backlog
+        r.execute_command("CLIENT", "KILL", "TYPE", "replica")
+        write_mix(r, 300, "gap")
+        rep.caught_up(r)
+        same_digests(r, rep)
+        assert "Partial resynchronization request from 127.0.0.1" in s.logtext() and \
+            "accepted" in s.logtext(), s.logtext()[-1500:]
+        assert int(r.info("stats")["sync_partial_ok"]) >= 1
         print(f"log bytes of the writes: {alone} alone, {followed} with a replica")
         assert followed < 1.25 * alone, (followed, alone)
         assert r.info("replication")["connected_slaves"] == 1
