@@ -468,15 +468,20 @@ static void mango_atexit(void)
 
 /* The modes of main() that print or check something and exit before any
  * dataset exists (--version, --help, --test-memory, --check-system, and the
- * redis-check-rdb/-aof programs, chosen by the executable's name): they get
- * no pool. Opening one would create a 1 GiB pool file for nothing, or fail
- * on the pool a running server holds ("redis-server-durable --version" then
- * stopped with "cannot open the pool"). */
-static int exits_before_serving(int argc, char **argv)
+ * redis-check-rdb/-aof programs, chosen by the executable's name), and
+ * Sentinel, which keeps no dataset: they get no pool. Opening one would
+ * create a 1 GiB pool file for nothing, or fail on the pool a running server
+ * holds ("redis-server-durable --version" then stopped with "cannot open the
+ * pool"). */
+static int needs_no_pool(int argc, char **argv)
 {
     const char *exec_name = strrchr(argv[0], '/');
     exec_name = exec_name ? exec_name + 1 : argv[0];
-    if (strstr(exec_name, "redis-check-rdb") || strstr(exec_name, "redis-check-aof")) return 1;
+    if (strstr(exec_name, "redis-check-rdb") || strstr(exec_name, "redis-check-aof") ||
+        strstr(exec_name, "redis-sentinel"))
+        return 1;
+    for (int j = 1; j < argc; j++)
+        if (!strcmp(argv[j], "--sentinel")) return 1; /* as checkForSentinelMode() */
     if (argc < 2) return 0;
     const char *a = argv[1]; /* where main() looks for them */
     return !strcmp(a, "-v") || !strcmp(a, "--version") || !strcmp(a, "-h") || !strcmp(a, "--help") ||
@@ -507,7 +512,7 @@ static void mango_usage(void)
 
 void mangoRedisInit(int argc, char **argv)
 {
-    if (exits_before_serving(argc, argv)) {
+    if (needs_no_pool(argc, argv)) {
         if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) mango_usage();
         return; /* mango_on stays 0: no pool */
     }

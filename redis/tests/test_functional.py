@@ -1774,8 +1774,8 @@ def test_evictions_send_replicas_only_what_is_durable(server_factory):
 
 def test_version_help_and_check_modes_open_no_pool(srv):
     """--version, --help, --check-system and the redis-check-rdb program
-    (the same binary by another name) print or check and exit: they must
-    not open a pool. They used to: --version created a 1 GiB pool file where
+    (the same binary by another name) print or check and exit, and Sentinel
+    keeps no dataset: they must not open a pool. They used to: --version created a 1 GiB pool file where
     none was, and stopped with "cannot open the pool" on the pool of a
     running server. --help lists the mango-* options before Redis's usage."""
     env = dict(srv.env)  # MANGO_POOL: the running server's pool
@@ -1799,6 +1799,27 @@ def test_version_help_and_check_modes_open_no_pool(srv):
     p = subprocess.run([checker, os.path.join(srv.dir, "dump.rdb")], env=env_new, capture_output=True, timeout=60)
     assert p.returncode == 0 and b"1 keys read" in p.stdout, (p.returncode, p.stdout[-800:], p.stderr[-800:])
     assert not os.path.exists(nowhere)
+    # Sentinel keeps no dataset: no pool either; it monitors the durable master
+    conf = os.path.join(srv.dir, "sentinel.conf")
+    sport = free_port()
+    with open(conf, "w") as f:
+        f.write(f"port {sport}\nbind 127.0.0.1\nsentinel monitor mm 127.0.0.1 {srv.port} 1\n")
+    sentinel = subprocess.Popen([SERVER, conf, "--sentinel", "--logfile", os.path.join(srv.dir, "sentinel.log")],
+                                env=env_new, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.STDOUT)
+    try:
+        assert wait_for_ping(sentinel, sport), open(os.path.join(srv.dir, "sentinel.log")).read()[-1500:]
+        sc = Redis(host="127.0.0.1", port=sport, socket_timeout=60)
+        def master_state():
+            flat = sc.execute_command("SENTINEL", "MASTER", "mm")
+            return dict(zip(flat[0::2], flat[1::2]))
+        wait_until(lambda: master_state()[b"role-reported"] == b"master", what="the sentinel to see the master")
+        assert master_state()[b"flags"] == b"master", master_state()
+        sc.close()
+        assert not os.path.exists(nowhere)
+    finally:
+        sentinel.kill()
+        sentinel.wait(timeout=60)
     assert r.get("k") == b"v"  # the running server was not disturbed
 
 
