@@ -140,6 +140,7 @@ pkgsrc=$(ls -d "$work"/src-pkg/redis-$upstream 2>/dev/null | head -n1 || true)
 # Rebuilt from scratch whenever the patch, the adapter, the capture plugin or
 # its inline header changed (stamp = their hash).
 inputs_hash=$(cat "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" \
+    "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" \
     "$mango_build/lib/MangoCapture.so" "$repo/include/mango_capture_inline.h" "$repo/include/mango.h" \
     2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
@@ -148,7 +149,8 @@ if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
     cp -a "$pkgsrc" "$srcdir"
     (cd "$srcdir" && patch -p1 --no-backup-if-mismatch -s <"$here/mango.patch") || die "redis/mango.patch does not apply"
     cp "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" \
-        "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$srcdir/src/"
+        "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$here/mango_sd_notify.c" "$srcdir/src/"
+    cp -r "$here/mango-systemd" "$srcdir/src/"
     touch "$srcdir/.mango-$inputs_hash"
 else
     say "tree up to date ($srcdir)"
@@ -156,7 +158,9 @@ fi
 
 # ---- 3. build -------------------------------------------------------------
 # Redis's Makefile: MALLOC=libc (no jemalloc), OPTIMIZATION=-O2 (no -flto),
-# BUILD_TLS=no, USE_SYSTEMD=no. Only redis-server is built. The bundled deps
+# BUILD_TLS=no, USE_SYSTEMD=no (no libsystemd: HAVE_LIBSYSTEMD with our own
+# sd_notify, mango_sd_notify.c, compiles Redis's "supervised systemd" in).
+# Only redis-server is built. The bundled deps
 # (hiredis, lua, hdr_histogram, fpconv) are compiled with mango-cc too, so
 # their stores to durable memory are captured.
 # Relink when the runtime archive is newer than the binary.
@@ -167,6 +171,7 @@ say "make (CC=$mango_cc, -j$jobs)"
 make -C "$srcdir/src" -j"$jobs" \
     CC="$mango_cc" LD="$mango_cc" \
     MALLOC=libc OPTIMIZATION=-O2 BUILD_TLS=no USE_SYSTEMD=no V=${V:-} \
+    REDIS_CFLAGS="-DHAVE_LIBSYSTEMD -I$srcdir/src/mango-systemd" \
     redis-server >"$work/make.log" 2>&1 || { tail -n 40 "$work/make.log" >&2; die "make failed (log: $work/make.log)"; }
 mkdir -p "$(dirname "$out")"
 install -m 0755 "$srcdir/src/redis-server" "$out"

@@ -1772,6 +1772,52 @@ def test_evictions_send_replicas_only_what_is_durable(server_factory):
         rep.stop()
 
 
+def test_supervised_by_systemd(server_factory):
+    """Debian's redis-server.service is Type=notify and runs
+    "redis-server /etc/redis/redis.conf --supervised systemd --daemonize no"
+    (the file says daemonize yes). The durable build has no libsystemd; its
+    own sd_notify (mango_sd_notify.c) must tell the socket in $NOTIFY_SOCKET
+    that it is loading, READY=1 once it serves, and STOPPING=1 at shutdown.
+    Before, it logged "compiled without libsystemd support" and never said
+    READY=1: systemd would have killed it at TimeoutStartSec. Both a path and
+    an abstract socket name."""
+    s = server_factory("emulated")
+    s.stop("shutdown")
+    for abstract in (False, True):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        name = os.path.join(s.dir, f"notify-{abstract}.sock")
+        if abstract:
+            sock.bind("\0" + name)
+            env_value = "@" + name
+        else:
+            sock.bind(name)
+            env_value = name
+        sock.settimeout(30)
+        env = s.env
+        s.env = dict(env, NOTIFY_SOCKET=env_value)
+        s.config_file = os.path.join(s.dir, "debian-like.conf")
+        with open(s.config_file, "w") as f:
+            f.write("daemonize yes\n")
+        s.extra_args = ["--supervised", "systemd", "--daemonize", "no"]
+        try:
+            assert s.start() == "RECOVERED"
+            said = []
+            while not any(m.startswith("READY=1") for m in said):
+                said.append(sock.recv(4096).decode())
+            assert said[0].startswith("STATUS=Redis is loading"), said
+            assert "Supervised by systemd" in s.logtext() and "without libsystemd" not in s.logtext()
+            s.client().set(f"k{abstract}", "v")
+            s.stop("shutdown")
+            said = []
+            while not any(m.startswith("STOPPING=1") for m in said):
+                said.append(sock.recv(4096).decode())
+        finally:
+            s.env, s.config_file, s.extra_args = env, None, []
+            sock.close()
+    assert s.start() == "RECOVERED"
+    assert s.client().mget("kFalse", "kTrue") == [b"v", b"v"]
+
+
 def test_version_help_and_check_modes_open_no_pool(srv):
     """--version, --help, --check-system and the redis-check-rdb program
     (the same binary by another name) print or check and exit, and Sentinel
