@@ -513,7 +513,7 @@ static void mango_usage(void)
 void mangoRedisInit(int argc, char **argv)
 {
     if (needs_no_pool(argc, argv)) {
-        if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) mango_usage();
+        if (argc >= 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) mango_usage();
         return; /* mango_on stays 0: no pool */
     }
     mango_config cfg;

@@ -1844,6 +1844,8 @@ def test_version_help_and_check_modes_open_no_pool(srv):
     os.symlink(os.path.abspath(SERVER), checker)
     p = subprocess.run([checker, os.path.join(srv.dir, "dump.rdb")], env=env_new, capture_output=True, timeout=60)
     assert p.returncode == 0 and b"1 keys read" in p.stdout, (p.returncode, p.stdout[-800:], p.stderr[-800:])
+    p = subprocess.run([checker], env=env_new, capture_output=True, timeout=60)  # no argument: its usage
+    assert p.returncode == 1 and b"Usage:" in p.stderr, (p.returncode, p.stdout[-800:], p.stderr[-800:])
     assert not os.path.exists(nowhere)
     # Sentinel keeps no dataset: no pool either; it monitors the durable master
     conf = os.path.join(srv.dir, "sentinel.conf")
