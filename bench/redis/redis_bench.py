@@ -266,6 +266,18 @@ class QueueLoad:
                 time.sleep(delay)
 
 
+def info_replication(port):
+    """INFO replication of the server on port, as a dict of its fields."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
+        sk.sendall(resp_request("INFO", "replication"))
+        f = sk.makefile("rb")
+        head = f.readline()
+        if not head.startswith(b"$"):
+            raise RuntimeError("INFO replication answered %r" % head)
+        body = f.read(int(head[1:]) + 2).decode(errors="replace")
+    return dict(line.split(":", 1) for line in body.split("\r\n") if ":" in line)
+
+
 class Replica:
     """--replica: a stock redis-server replicating from a server under test
     (diskless full sync), with its own directory; nothing persisted."""
@@ -284,29 +296,16 @@ class Replica:
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.STDOUT, preexec_fn=pinned_to(args.pin and args.pin[0]))
 
-    def info_field(self, port, field):
-        with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
-            sk.sendall(resp_request("INFO", "replication"))
-            buf = b""
-            while b"\r\n" not in buf or len(buf) < buf.index(b"\r\n") + 2 + int(buf[1:buf.index(b"\r\n")]):
-                d = sk.recv(65536)
-                if not d:
-                    raise RuntimeError("INFO replication: connection closed")
-                buf += d
-        for line in buf.decode(errors="replace").split("\r\n")[1:]:
-            if line.startswith(field + ":"):
-                return line.split(":", 1)[1]
-        return None
-
     def catch_up(self, master_port, timeout=300):
         """Seconds until the replica's link is up and it has the master's whole stream."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.proc.poll() is not None:
                 raise RuntimeError("the replica exited; log %s" % os.path.join(self.dir, "replica.log"))
-            if ping_once(self.port) and self.info_field(self.port, "master_link_status") == "up":
-                if self.info_field(self.port, "slave_repl_offset") == \
-                        self.info_field(master_port, "master_repl_offset"):
+            if ping_once(self.port):
+                mine = info_replication(self.port)
+                if mine.get("master_link_status") == "up" and \
+                        mine.get("slave_repl_offset") == info_replication(master_port)["master_repl_offset"]:
                     return time.monotonic() - t0
             time.sleep(0.01)
         raise RuntimeError("the replica did not catch up within %ss" % timeout)
@@ -532,7 +531,7 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         if args.replica:
             replica = Replica(args, srv.port, workdir, "%s-%s" % (system, tag))
             replica.catch_up(srv.port)
-            offset0 = int(replica.info_field(srv.port, "master_repl_offset"))
+            offset0 = int(info_replication(srv.port)["master_repl_offset"])
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
         s0 = proc_cpu_seconds(srv.proc.pid)
@@ -556,7 +555,7 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         catchup = stream_mb = ""
         if replica:  # after the run: how far behind the replica was, and how much it received
             catchup = "%.3f" % replica.catch_up(srv.port, timeout=120)
-            stream_mb = "%.1f" % ((int(replica.info_field(srv.port, "master_repl_offset")) - offset0) / 1e6)
+            stream_mb = "%.1f" % ((int(info_replication(srv.port)["master_repl_offset"]) - offset0) / 1e6)
         return dict(replica_catchup_s=catchup, replica_stream_mb=stream_mb,
                     status=status, ops=res["ops"], seconds=res["seconds"],
                     ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
