@@ -1924,13 +1924,16 @@ def test_daemonize_yes(server_factory):
         assert "RECOVERED" in s.logtext(), s.logtext()[-1500:]
         assert "fork() child" not in s.logtext(), s.logtext()[-1500:]
     rc, err, pid = start_daemonized(s, ["--daemonize", "yes"])
+    assert rc == 0 and pid, (rc, err, s.logtext()[-1500:])
     try:
+        wait_until(lambda: ping(s.port), what="the daemon's PING")
         r = Redis(host="127.0.0.1", port=s.port, socket_timeout=60)
         assert r.get("starts") == b"2" and r.get("n") == b"400" and r.get("k0") == b"0", s.logtext()[-1500:]
-        r.shutdown(nosave=True)
+        try:
+            r.shutdown(nosave=True)
+        except RedisConnectionError:  # the server closes the connection as it exits
+            pass
         r.close()
-    except RedisConnectionError:
-        pass
     finally:
         wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
                    open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the daemon's exit")
