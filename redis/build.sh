@@ -8,7 +8,7 @@
 #   2. apt-get source redis=<pinned version> into $REDIS_WORK
 #   3. copy the tree, apply redis/mango.patch, copy redis/mango_adapter.[ch]
 #      and redis/mango_release.c, redis/mango_functions.c, redis/mango_heap_check.c,
-#      redis/mango_snapshot.c
+#      redis/mango_snapshot.c, redis/mango_replication.c, redis/mango_sd_notify.c
 #   4. make MALLOC=libc CC=mango-cc (no jemalloc: Mangosteen interposes malloc;
 #      no LTO; -O2)
 #   5. install the binary as $REDIS_DURABLE_OUT
@@ -140,7 +140,7 @@ pkgsrc=$(ls -d "$work"/src-pkg/redis-$upstream 2>/dev/null | head -n1 || true)
 # Rebuilt from scratch whenever the patch, the adapter, the capture plugin or
 # its inline header changed (stamp = their hash).
 inputs_hash=$(cat "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" \
-    "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" \
+    "$here/mango_replication.c" "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" \
     "$mango_build/lib/MangoCapture.so" "$repo/include/mango_capture_inline.h" "$repo/include/mango.h" \
     2>/dev/null | sha256sum | cut -c1-16)
 if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
@@ -149,7 +149,7 @@ if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
     cp -a "$pkgsrc" "$srcdir"
     (cd "$srcdir" && patch -p1 --no-backup-if-mismatch -s <"$here/mango.patch") || die "redis/mango.patch does not apply"
     cp "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" \
-        "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$here/mango_sd_notify.c" "$srcdir/src/"
+        "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$here/mango_replication.c" "$here/mango_sd_notify.c" "$srcdir/src/"
     cp -r "$here/mango-systemd" "$srcdir/src/"
     touch "$srcdir/.mango-$inputs_hash"
 else

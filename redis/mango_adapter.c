@@ -661,6 +661,7 @@ void mangoWriteBegin(void)
     } else {
         mango_batch_resume();
     }
+    mangoReplPositionCheck(); /* a write with no backlog: forget the stream's position */
 }
 
 void mangoWriteEnd(void)
@@ -729,6 +730,10 @@ void mangoDeletionsBegin(void) { keyed_section_begin(); }
 void mangoDeletionsEnd(void) { keyed_section_end(); }
 void mangoServeBlockedBegin(void) { keyed_section_begin(); }
 void mangoServeBlockedEnd(void) { keyed_section_end(); }
+/* Bookkeeping sections change durable memory that no client reads, no key
+ * (the replication stream's position, mango_replication.c). */
+void mangoBookkeepingBegin(void) { keyed_section_begin(); }
+void mangoBookkeepingEnd(void) { keyed_section_end(); }
 
 /* Ends the open batch and waits until it is durable. */
 static void commit_sync(void)
@@ -832,7 +837,9 @@ void mangoNoteReply(client *c)
 int mangoReplyHeld(client *c)
 {
     note_epoch++; /* c's output may be written now */
-    if (!mango_on || c->mango_ticket <= durable_seen) return 0;
+    if (!mango_on) return 0;
+    if (getClientType(c) == CLIENT_TYPE_SLAVE) return mangoReplicaHeld(c); /* by offset: mango_replication.c */
+    if (c->mango_ticket <= durable_seen) return 0;
     uint64_t d;
     int rc = mango_durable_ticket(&d);
     if (rc != MANGO_OK) die("pipelined commit: a log sync failed", rc);
@@ -841,6 +848,29 @@ int mangoReplyHeld(client *c)
 }
 
 int mangoEnabled(void) { return mango_on; }
+
+uint64_t mangoDurableTicket(void)
+{
+    uint64_t d;
+    int rc = mango_durable_ticket(&d);
+    if (rc != MANGO_OK) die("pipelined commit: a log sync failed", rc);
+    return durable_seen = d;
+}
+
+/* Ends the open batch, if any, and waits until everything submitted is
+ * durable: a fork for a replica's full sync then snapshots only durable
+ * writes. Not inside a write section. */
+void mangoSyncAll(void)
+{
+    if (!mango_on || import_serving) return;
+    serverAssert(write_depth == 0);
+    if (mango_batch_open()) {
+        commit_sync();
+    } else {
+        int rc = mango_wait_durable(mango_reply_ticket());
+        if (rc != MANGO_OK) die("mango_wait_durable", rc);
+    }
+}
 
 char *mangoInfo(char *info, int after_section)
 {
@@ -1586,6 +1616,7 @@ int mangoLoadDataFromDisk(void)
                   mango_pool_path(), durable_import_file_bytes);
         exit(1);
     }
+    mangoReplPositionRestore(mango_recovered); /* replicas may continue where they were */
     if (mango_recovered) mangoFunctionsReload(); /* before the first client */
     struct stat st;
     if (stat(server.rdb_filename, &st) != 0) return 0; /* nothing to load */

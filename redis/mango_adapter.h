@@ -122,6 +122,19 @@ void mangoStatsEnd(void);
  * in the durable heap (a transient block realloc'd there, too), so logged,
  * and freed again once sent. Begin pauses the batch if a write section has
  * capture on and returns whether it did; End resumes it then. Nestable. */
+/* mango_replication.c: the replication stream is transient, its position
+ * durable (replicationFeedSlaves() brackets its feeding with these). */
+int mangoReplFeedBegin(void);
+void mangoReplFeedEnd(int how);
+void mangoReplPositionCheck(void);
+void mangoReplPositionRestore(int recovered);
+struct replBufBlock;
+size_t mangoReplSendableEnd(const struct replBufBlock *o);
+int mangoReplicaHeld(struct client *c);
+uint64_t mangoDurableTicket(void);
+void mangoSyncAll(void);
+void mangoBookkeepingBegin(void);
+void mangoBookkeepingEnd(void);
 int mangoTransientBegin(void);
 void mangoTransientEnd(int paused);
 /* Is durability on? (replies then use the AE write barrier, like

@@ -1548,9 +1548,11 @@ def test_a_stock_replica_follows_a_durable_master(server_factory):
     runs on transient arguments runs with the replica attached (the server
     stops if propagation kept one). A dropped link resumes with a partial
     resync from the backlog. The master killed with SIGKILL restarts RECOVERED on
-    its pool (with a new replication ID: the backlog is not durable), the
-    replica, pointed at it again, resyncs in full and has the same data;
-    writes after that replicate too."""
+    its pool with a new replication ID, the old one secondary up to the
+    position the pool recorded (session 34; before, the replica resynced in
+    full); the replica, pointed at it again, had all of the stream and
+    continues with a partial resync, and has the same data; writes after that
+    replicate too."""
     s = server_factory("emulated")
     r = s.client()
     r.config_set("repl-diskless-sync-delay", 0)
@@ -1585,19 +1587,100 @@ def test_a_stock_replica_follows_a_durable_master(server_factory):
         assert followed < 1.25 * alone, (followed, alone)
         assert r.info("replication")["connected_slaves"] == 1
         replid = r.info("replication")["master_replid"]
+        offset = r.info("replication")["master_repl_offset"]
         s.stop("kill")
         wait_until(lambda: rep.r.info("replication")["master_link_status"] == "down", what="the link to drop")
         assert s.start() == "RECOVERED"
+        assert f"position was restored from the pool (ID {replid}, offset {offset})" in s.logtext(), \
+            s.logtext()[-1500:]
         r = s.client()
         r.config_set("repl-diskless-sync-delay", 0)
         rep.follow(s.port)
         rep.caught_up(r)
-        assert r.info("replication")["master_replid"] != replid
+        info = r.info("replication")
+        assert info["master_replid"] != replid
+        assert info["master_replid2"] == replid and info["second_repl_offset"] == offset + 1, info
+        stats = r.info("stats")
+        assert (stats["sync_partial_ok"], stats["sync_full"]) == (1, 0), stats  # +CONTINUE, no RDB
+        assert rep.r.info("replication")["master_replid"] == info["master_replid"]
         same_digests(r, rep)
         assert rep.r.dbsize() == r.dbsize() > 2000
         write_mix(r, 500, "after")
         rep.caught_up(r)
         same_digests(r, rep)
+    finally:
+        rep.stop()
+
+
+def detach(rep):
+    """Points rep at a closed port: it keeps its data and its cached master
+    (the replication ID and offset it would ask a master to continue from)."""
+    rep.follow(free_port())
+    wait_until(lambda: rep.r.info("replication")["master_link_status"] == "down", what="the link to drop")
+
+
+def test_a_replica_behind_the_recorded_position_resyncs_in_full(server_factory):
+    """The pool records the stream's position, not its bytes: a replica that
+    lacks part of the stream the recovered master had made durable (here it
+    was detached before the last writes) asks to continue from an offset
+    older than the restored backlog, is refused the partial resync and gets
+    a full one, and ends with the master's data."""
+    s = server_factory("emulated")
+    r = s.client()
+    r.config_set("repl-diskless-sync-delay", 0)
+    rep = StockReplica(s.dir, s.port)
+    try:
+        write_mix(r, 300, "before")
+        rep.caught_up(r)
+        detach(rep)
+        write_mix(r, 300, "missed")
+        s.stop("kill")
+        assert s.start() == "RECOVERED"
+        assert "position was restored from the pool" in s.logtext()
+        r = s.client()
+        r.config_set("repl-diskless-sync-delay", 0)
+        rep.follow(s.port)
+        rep.caught_up(r)
+        stats = r.info("stats")
+        assert (stats["sync_partial_err"], stats["sync_partial_ok"], stats["sync_full"]) == (1, 0, 1), stats
+        same_digests(r, rep)
+        assert rep.r.exists("missed:s299") == 1
+    finally:
+        rep.stop()
+
+
+def test_a_master_without_a_backlog_forgets_the_recorded_position(server_factory):
+    """Redis frees the backlog after repl-backlog-ttl seconds without
+    replicas (and takes a new replication ID: a replica that comes back
+    resyncs in full), and then feeds no stream, so a write after that is on
+    no replica's stream. The recorded position would no longer describe the
+    dataset: the first batch without a backlog forgets it (serverCron's
+    write sections run ten times a second). After a crash the master
+    restores no position, and a replica from before gets a full resync with
+    the write. (With the position kept, the replica continued without it: a
+    replica whose data differs from its master's.)"""
+    s = server_factory("emulated")
+    r = s.client()
+    r.config_set("repl-diskless-sync-delay", 0)
+    r.config_set("repl-backlog-ttl", 1)
+    rep = StockReplica(s.dir, s.port)
+    try:
+        write_mix(r, 200, "before")
+        rep.caught_up(r)
+        detach(rep)
+        wait_until(lambda: "Replication backlog freed" in s.logtext(), timeout=10, what="Redis to free the backlog")
+        r.set("after-the-backlog", "x")
+        s.stop("kill")
+        assert s.start() == "RECOVERED"
+        assert "position was restored" not in s.logtext(), s.logtext()[-2000:]
+        r = s.client()
+        r.config_set("repl-diskless-sync-delay", 0)
+        rep.follow(s.port)
+        rep.caught_up(r)
+        stats = r.info("stats")
+        assert (stats["sync_partial_ok"], stats["sync_full"]) == (0, 1), stats
+        same_digests(r, rep)
+        assert rep.r.get("after-the-backlog") == b"x"
     finally:
         rep.stop()
 
@@ -1664,6 +1747,56 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
         rep.stop()
 
 
+def test_a_full_sync_sends_only_durable_writes(server_factory):
+    """A replica's full sync forks an RDB child, whose snapshot of the
+    dataset holds the writes of every batch so far, durable or not: the
+    replica had them within milliseconds. The fork now waits until
+    everything submitted is durable. Sim mode (a kill drops what is not
+    synced), every sync 300 ms, four writers INCR their counters without
+    pause, so batches are always in flight; a new stock replica does its full
+    sync, and the master is killed the moment the replica's link is up. Each
+    counter on the replica must be at most the recovered master's. (Without
+    the wait, round 0 failed: a counter at 3 on the replica, 2 in the
+    recovered master.)"""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
+    for round_no in range(3):
+        r = s.client()
+        r.config_set("repl-diskless-sync-delay", 0)
+        stop = threading.Event()
+
+        def writer(w):
+            c = s.client()
+            try:
+                while not stop.is_set():
+                    c.incr(f"ctr:{w}")
+            except Exception:  # the kill
+                pass
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        rep = StockReplica(s.dir, s.port)
+        try:
+            t0 = time.monotonic()
+            while rep.r.info("replication").get("master_link_status") != "up":
+                assert time.monotonic() - t0 < 20, "the replica never synced"
+                time.sleep(0.002)
+            s.proc.send_signal(signal.SIGKILL)
+            s.proc.wait(timeout=60)
+            stop.set()
+            for t in threads:
+                t.join()
+            time.sleep(0.05)
+            on_replica = {f"ctr:{w}": int(rep.r.get(f"ctr:{w}") or 0) for w in range(4)}
+        finally:
+            rep.stop()
+        s._reap()
+        assert s.start() == "RECOVERED", s.logtext()[-1500:]
+        r = s.client()
+        for k, v in on_replica.items():
+            m = int(r.get(k) or 0)
+            assert m >= v, f"round {round_no}: the replica had {k}={v} from its full sync, the recovered master {m}"
+
+
 def test_kill_loop_a_replica_never_runs_ahead_of_its_masters_pool(server_factory):
     """Kill -9 loop, sim mode (a kill drops whatever is not synced, like a
     power failure; every sync delayed 2 ms so kills land while batches are in
@@ -1671,10 +1804,14 @@ def test_kill_loop_a_replica_never_runs_ahead_of_its_masters_pool(server_factory
     the master is killed at a random moment, and the replica's counters are
     read right after. Each must be at most the master's after its restart
     (the replica was sent only what was durable) and at least the last value
-    a writer had acknowledged (nothing acknowledged is lost)."""
+    a writer had acknowledged (nothing acknowledged is lost). The replica,
+    pointed at the restarted master, continues with a partial resync when it
+    had all of the stream the pool recorded, else resyncs in full; either
+    way it then has the master's data (DEBUG DIGEST)."""
     s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "2000"})
     rnd = random.Random(33)
     rep = None
+    resyncs = {"partial": 0, "full": 0}
     try:
         for rnd_no in range(8):
             r = s.client()
@@ -1683,6 +1820,11 @@ def test_kill_loop_a_replica_never_runs_ahead_of_its_masters_pool(server_factory
                 rep = StockReplica(s.dir, s.port)
             else:
                 rep.follow(s.port)
+                rep.caught_up(r)
+                same_digests(r, rep)
+                stats = r.info("stats")
+                assert stats["sync_partial_ok"] + stats["sync_full"] == 1, stats
+                resyncs["partial" if stats["sync_partial_ok"] else "full"] += 1
             rep.caught_up(r)
             acked = {}
             stop = threading.Event()
@@ -1718,6 +1860,7 @@ def test_kill_loop_a_replica_never_runs_ahead_of_its_masters_pool(server_factory
             for k, v in acked.items():
                 assert int(r.get(k) or 0) >= v, f"round {rnd_no}: {k} acknowledged at {v}, recovered {r.get(k)}"
             assert sum(acked.values()) > 0
+        print(f"resyncs after a kill: {resyncs}")
     finally:
         if rep:
             rep.stop()
