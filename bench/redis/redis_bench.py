@@ -64,8 +64,9 @@ runs compare only with it in view. --dsync-probe "" skips the probe.
 
 --replica: every server gets a replica, Debian's stock redis-server, attached
 after the load (diskless full sync) and caught up before the run; the run then
-measures a master streaming its writes. results.csv records how long the
-replica took to catch up after the run and how many MB the run streamed.
+measures a master streaming its writes. results.csv records how far the
+replica trailed during the run (replica_lag_kb_mean/_max: sampled every 50 ms),
+how long it took to catch up after the run and how many MB the run streamed.
 
 --quick: the CTest smoke (2 systems, workload A, 4 clients, 2000 records,
 1 s); exits 77 (skip) when stock redis-server is missing.
@@ -103,7 +104,8 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
               "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
-              "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb"]
+              "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb",
+              "replica_lag_kb_mean", "replica_lag_kb_max"]
 
 
 def log(*a):
@@ -316,6 +318,40 @@ class Replica:
             self.proc.wait()
         if not self.keep:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ReplicaLag(threading.Thread):
+    """--replica: how far the replica trails its master during the run.
+    Every 50 ms: the replica's slave_repl_offset, then the master's
+    master_repl_offset (in that order, so the few bytes fed between the two
+    reads count as lag: an overestimate, the same for every system). On a
+    durable master the INFO reply itself waits for the batches in flight."""
+
+    def __init__(self, master_port, replica_port):
+        super().__init__(daemon=True)
+        self.master_port, self.replica_port = master_port, replica_port
+        self.stop = threading.Event()
+        self.samples = []
+        self.error = None
+
+    def run(self):
+        try:
+            while not self.stop.wait(0.05):
+                mine = int(info_replication(self.replica_port).get("slave_repl_offset", 0))
+                master = int(info_replication(self.master_port)["master_repl_offset"])
+                self.samples.append(max(0, master - mine))
+        except Exception as e:  # reported by finish()
+            self.error = e
+
+    def finish(self):
+        """(mean, max) lag in KB, as strings for results.csv."""
+        self.stop.set()
+        self.join()
+        if self.error:
+            raise RuntimeError("sampling the replica's lag: %s" % self.error)
+        if not self.samples:
+            return "", ""
+        return ("%.1f" % (sum(self.samples) / len(self.samples) / 1e3), "%.1f" % (max(self.samples) / 1e3))
 
 
 class Server:
@@ -540,12 +576,16 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         queue = QueueLoad(srv.port, args.queue_rate) if args.queue_rate > 0 else None
         if queue:
             queue.start()
+        lag = ReplicaLag(srv.port, replica.port) if replica else None
+        if lag:
+            lag.start()
         try:
             res = run_ycsb(args, "run", srv.port, clients, mixarg + ["-s", str(args.seconds)],
                            timeout=args.seconds * 5 + 120, sock=srv.sock)
         finally:
             if queue:
                 queue.stop.set()
+            lag_mean, lag_max = lag.finish() if lag else ("", "")
         qpush, qpop = queue.finish() if queue else ("", "")
         idle, steal = cpu_share(t0, cpu_times())
         s1 = proc_cpu_seconds(srv.proc.pid)
@@ -557,6 +597,7 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
             catchup = "%.3f" % replica.catch_up(srv.port, timeout=120)
             stream_mb = "%.1f" % ((int(info_replication(srv.port)["master_repl_offset"]) - offset0) / 1e6)
         return dict(replica_catchup_s=catchup, replica_stream_mb=stream_mb,
+                    replica_lag_kb_mean=lag_mean, replica_lag_kb_max=lag_max,
                     status=status, ops=res["ops"], seconds=res["seconds"],
                     ops_per_sec=float(res["ops_per_sec"]), p50_us=float(res["p50_us"]),
                     p99_us=float(res["p99_us"]), p999_us=float(res.get("p999_us", "nan")),
@@ -658,6 +699,16 @@ def write_md(args, rows, path, meta, recovery_rows):
                    "(diskless full sync, then caught up before the run), so each run streams its writes to "
                    "it; after the run the replica caught up within %.3f s at worst (column "
                    "`replica_catchup_s` of results.csv; `replica_stream_mb`: the stream of the run)" % worst)
+        lags = {}
+        for r in rrows:
+            if r.get("replica_lag_kb_mean") not in (None, ""):
+                lags.setdefault(r["system"], []).append((float(r["replica_lag_kb_mean"]),
+                                                         float(r["replica_lag_kb_max"])))
+        if lags:
+            out.append("- how far the replica trailed its master during the runs (sampled every 50 ms; mean "
+                       "of the runs' means / largest sample, KB): " + "; ".join(
+                           "%s %.1f / %.1f" % (system, sum(m for m, _ in v) / len(v), max(x for _, x in v))
+                           for system, v in sorted(lags.items())))
     out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
                "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
                    args.fs_dir, meta["fs_type"], args.shm_dir))
