@@ -89,7 +89,11 @@ static uint64_t global_ticket;
 #define KEY_SLOTS (1u << 14) /* 128 KiB; with ~40 writes in flight a read
                               * meets an unrelated one about once in 400 */
 static uint64_t *key_slots;   /* hash(db, key) -> ticket of its last writer */
-static uint64_t durable_seen; /* last durable ticket read from Mangosteen */
+/* Thread-local (the event loop's): read in write sections too (the eviction
+ * loop's flushSlavesOutputBuffers()), where a store to a .bss word is logged,
+ * and restored after a restart, where tickets count from 1 again, it released
+ * replies before their batches were durable. */
+static __thread uint64_t durable_seen; /* last durable ticket read from Mangosteen */
 static int durable_fd = -1;  /* Mangosteen's eventfd, in the event loop */
 static int mango_recovered; /* the pool held a state */
 /* zmalloc's used_memory just before and just after mango_init (which may
@@ -1320,6 +1324,12 @@ int mangoRefuseCommand(client *c)
             }
         }
         return 0;
+    }
+    if (c->cmd->proc == failoverCommand) {
+        /* FAILOVER makes this master a replica of one of its replicas. */
+        rejectCommandFormat(c, "Mangosteen: FAILOVER is not supported with a pool: this server would become a "
+                            "replica, whose full sync loads the new master's data outside any write section");
+        return 1;
     }
     if (c->cmd->proc != replicaofCommand) return 0;
     if (c->argc == 3 && sdsEncodedObject(c->argv[1]) && sdsEncodedObject(c->argv[2]) &&

@@ -26,7 +26,8 @@
  * held, left it a batch or more behind for as long as writes kept coming.
  * A full sync's fork waits until everything submitted is durable
  * (mangoSyncAll from startBgsaveForReplication), so the RDB file it sends
- * holds only durable writes.
+ * holds only durable writes; so does a shutdown before its last flush of the
+ * replicas' output (finishShutdown), so they leave with the whole stream.
  *
  * After a restart (a crash included) the master gets a new replication ID,
  * as stock Redis restarted from an RDB file with replication information
@@ -149,7 +150,9 @@ void mangoReplFeedEnd(int how)
 
 void mangoReplPositionCheck(void)
 {
-    if (position_checked && durable_replid[0] && server.repl_backlog == NULL)
+    /* No backlog, or a replica (refused, FAILOVER included; a safety net):
+     * this server's changes are not on its own stream. */
+    if (position_checked && durable_replid[0] && (server.repl_backlog == NULL || server.masterhost))
         durable_replid[0] = '\0'; /* in the caller's batch: see the top of the file */
 }
 
