@@ -81,10 +81,20 @@ void createSharedObjects(void);
 void zmalloc_set_used_memory(size_t um);
 extern dictType keylistDictType;
 
+/* The adapter's bookkeeping of the event loop's thread is thread-local
+ * (__thread) wherever a write section can store it: nested sections (an
+ * expired key's deletion inside a SET, FLUSHALL's graveyard), calls nested in
+ * EXEC or scripts, the import. A .bss word stored while the batch captures is
+ * logged and comes back after a restart with the value it had at the commit,
+ * and a commit can come inside a command (mangoSyncAll from SHUTDOWN or a
+ * replica's SYNC): a call_depth or write_depth restored at 1 would have made
+ * every later command look nested (no batch, no stamp), a cached durable
+ * ticket released replies early (session 34). Thread-locals are never
+ * logged. */
 static int mango_on;        /* mango_init succeeded */
 static int pipelined;       /* batches may be in flight: track reply dependencies */
-static int call_depth;       /* nesting of call() */
-static uint64_t cmd_dep;     /* the outermost command's dependencies so far */
+static __thread int call_depth;       /* nesting of call() */
+static __thread uint64_t cmd_dep;     /* the outermost command's dependencies so far */
 static uint64_t global_ticket;
 #define KEY_SLOTS (1u << 14) /* 128 KiB; with ~40 writes in flight a read
                               * meets an unrelated one about once in 400 */
@@ -99,8 +109,8 @@ static int mango_recovered; /* the pool held a state */
 /* zmalloc's used_memory just before and just after mango_init (which may
  * restore it from the pool); see recount_used_memory(). */
 static size_t used_memory_before_init, used_memory_restored;
-static int write_depth;     /* nesting of write sections */
-static int keyed_section; /* the outermost write section stamps the keys it changes (deletion sections,
+static __thread int write_depth;     /* nesting of write sections */
+static __thread int keyed_section; /* the outermost write section stamps the keys it changes (deletion sections,
                           * serving blocked clients, the graveyard's steps): no global ticket */
 /* mangoNoteReply runs once per addReply* (21 times for an HGETALL of 10
  * fields), and within one command its answer does not change. note_epoch is
@@ -135,9 +145,9 @@ static unsigned gather_min_cmds;   /* MANGO_REDIS_TEST_GATHER_MIN_CMDS overrides
 static int inline_when_idle = 1;   /* MANGO_REDIS_INLINE_IDLE=0 turns it off */
 static uint64_t inline_commits;    /* passes that synced their batch themselves */
 static uint64_t batch_opened_ns;   /* when the open batch began */
-static uint64_t cmds_this_pass;
+static __thread uint64_t cmds_this_pass;
 static uint64_t cmds_per_pass_x16; /* moving average of commands per pass (1/16 weight), times 16 */
-static uint64_t writes_this_pass;
+static __thread uint64_t writes_this_pass;
 static uint64_t writes_per_pass_x16; /* the same for write commands */
 static uint64_t gather_holds;      /* passes that kept their batch open (MANGO_STATS) */
 /* An import of an RDB file serves clients between two reads of the file
@@ -1019,7 +1029,7 @@ int mangoDictMayRehash(const void *d)
  * to a key they wait on queues the key object in server.ready_keys), and for
  * commands inside EXEC or scripts (client tracking queues invalidated key
  * objects until the outermost call() ends). */
-static struct {
+static __thread struct {
     robj **argv;
     int argc;
     uint64_t sum; /* position-weighted sum of the transient argument pointers */
@@ -1433,12 +1443,12 @@ enum { IMPORT_NONE = 0, IMPORT_RUNNING = 1, IMPORT_DONE = 2 };
 /* Durable: written in write sections. */
 static int durable_import_state;
 static long long durable_import_file_bytes;
-/* Transient. */
-static int importing;
-static int import_bulk; /* the default; MANGO_REDIS_IMPORT_BULK=0: chunked */
-static size_t import_next_check, import_next_events;
-static long long import_events_interval; /* loading-process-events-interval-bytes, taken over */
-static uint64_t import_batches, import_t0, import_last_report;
+/* Transient (thread-locals: written inside the import's write section too). */
+static __thread int importing;
+static __thread int import_bulk; /* the default; MANGO_REDIS_IMPORT_BULK=0: chunked */
+static __thread size_t import_next_check, import_next_events;
+static __thread long long import_events_interval; /* loading-process-events-interval-bytes, taken over */
+static __thread uint64_t import_batches, import_t0, import_last_report;
 /* Test hook (redis/tests): MANGO_REDIS_TEST_IMPORT_KILL_AFTER=N sends the
  * server SIGKILL right after the chunked import's N-th intermediate batch, as
  * a kill at that moment would (a bulk import: MANGO_TEST_BULK_KILL_AFTER, the
