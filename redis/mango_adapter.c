@@ -854,15 +854,12 @@ int mangoReplyHeld(client *c)
     if (!mango_on) return 0;
     if (getClientType(c) == CLIENT_TYPE_SLAVE) return mangoReplicaHeld(c); /* by offset: mango_replication.c */
     if (c->mango_ticket <= durable_seen) return 0;
-    uint64_t d;
-    int rc = mango_durable_ticket(&d);
-    if (rc != MANGO_OK) die("pipelined commit: a log sync failed", rc);
-    durable_seen = d;
-    return c->mango_ticket > d;
+    return c->mango_ticket > mangoDurableTicket();
 }
 
 int mangoEnabled(void) { return mango_on; }
 
+/* Reads the durable ticket from Mangosteen (and caches it in durable_seen). */
 uint64_t mangoDurableTicket(void)
 {
     uint64_t d;

@@ -14,9 +14,9 @@
  * replication ID and master_repl_offset after the last feed, stored inside
  * the batch that holds the writes the feed describes. A feed outside every
  * write section (PING, GETACK) opens one that changes no key, so its bytes
- * too belong to a batch. A replica's output waits for the batch it depends
- * on (mangoReplyHeld), so a replica never holds a byte past the position
- * its master's pool records.
+ * too belong to a batch. A replica is sent only bytes whose batch is
+ * durable (below), so it never holds a byte past the position its master's
+ * pool records.
  *
  * A replica is sent the stream up to the last byte whose batch is durable,
  * not the whole of its output: fed holds, for the batches in flight, the

@@ -1484,6 +1484,19 @@ class StockReplica:
         self.proc.wait(timeout=60)
 
 
+def master_with_replica(server_factory, mode, sync_delay_us=None, **config):
+    """A durable master (in sim mode with syncs of sync_delay_us, if given),
+    with diskless full syncs at once and the other CONFIG SET parameters in
+    config, and a stock replica of it: (s, r, rep)."""
+    env = {"MANGO_SIM_SYNC_DELAY_US": str(sync_delay_us)} if sync_delay_us is not None else None
+    s = server_factory(mode, env=env)
+    r = s.client()
+    r.config_set("repl-diskless-sync-delay", 0)
+    for name, value in config.items():
+        r.config_set(name.replace("_", "-"), value)
+    return s, r, StockReplica(s.dir, s.port)
+
+
 def write_mix(r, n, tag):
     """n commands of several types, pipelined, on databases 0 and 2."""
     p = r.pipeline(transaction=False)
@@ -1647,10 +1660,7 @@ def test_a_replica_behind_the_recorded_position_resyncs_in_full(server_factory):
     was detached before the last writes) asks to continue from an offset
     older than the restored backlog, is refused the partial resync and gets
     a full one, and ends with the master's data."""
-    s = server_factory("emulated")
-    r = s.client()
-    r.config_set("repl-diskless-sync-delay", 0)
-    rep = StockReplica(s.dir, s.port)
+    s, r, rep = master_with_replica(server_factory, "emulated")
     try:
         write_mix(r, 300, "before")
         rep.caught_up(r)
@@ -1676,11 +1686,7 @@ def test_a_master_without_a_backlog_forgets_the_recorded_position(server_factory
     restores no position, and a replica from before gets a full resync with
     the write. (With the position kept, the replica continued without it: a
     replica whose data differs from its master's.)"""
-    s = server_factory("emulated")
-    r = s.client()
-    r.config_set("repl-diskless-sync-delay", 0)
-    r.config_set("repl-backlog-ttl", 1)
-    rep = StockReplica(s.dir, s.port)
+    s, r, rep = master_with_replica(server_factory, "emulated", repl_backlog_ttl=1)
     try:
         write_mix(r, 200, "before")
         rep.caught_up(r)
@@ -1705,10 +1711,7 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
     sync is under way when the master is killed never reaches it. A replica
     that had it would serve a write the master may not have; after the
     restart the replica resyncs to the recovered master."""
-    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
-    r = s.client()
-    r.config_set("repl-diskless-sync-delay", 0)
-    rep = StockReplica(s.dir, s.port)
+    s, r, rep = master_with_replica(server_factory, "sim", 300000)
     try:
         rep.caught_up(r)
         for i in range(3):
@@ -1767,10 +1770,7 @@ def test_a_shutdown_leaves_replicas_with_the_whole_durable_stream(server_factory
     (Before, the flush skipped the held replica, the exit then completed the
     batch, and the replica, a batch short, resynced in full.) Sim mode, 300 ms
     syncs."""
-    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000"})
-    r = s.client()
-    r.config_set("repl-diskless-sync-delay", 0)
-    rep = StockReplica(s.dir, s.port)
+    s, r, rep = master_with_replica(server_factory, "sim", 300000)
     try:
         # The replica streams once its full sync is over and it has sent its
         # first ACK: until then a shutdown's flush skips it (stock Redis too).
