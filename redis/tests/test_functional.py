@@ -309,7 +309,7 @@ def now_ms():
     return int(time.time() * 1000)
 
 
-def wait_until(pred, timeout=5.0, what="condition"):
+def wait_until(pred, timeout=30.0, what="condition"):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if pred():
@@ -585,7 +585,7 @@ def test_expire_semantics_across_restart(srv, how):
     t0 = now_ms()
     r.set("gone-before", "v", px=100)                # expires before the stop
     r.set("gone-during", "v", px=500)                # expires while the server is down
-    r.set("expires-later", "v", px=1800)             # expires after the restart
+    r.set("expires-later", "v", px=4000)             # expires after the restart (slow CI: 3.5 s spare)
     r.set("long", "v", ex=100000)
     r.set("abs", "v", pxat=ABS_PXAT)
     r.hset("hash-ttl", "f", "v")
@@ -643,7 +643,7 @@ def test_expire_semantics_across_restart(srv, how):
     # The key that expired during the downtime is logically gone; active
     # expiry removes it from the dictionary, as in Redis.
     wait_until(lambda: r.dbsize() == len(live) - 1 and s3.dbsize() == 1, what="active expiry")
-    wait_until(lambda: now_ms() > t0 + 1820, what="expires-later")
+    wait_until(lambda: now_ms() > t0 + 4020, what="expires-later")
     assert r.get("expires-later") is None and r.exists("expires-later") == 0
     assert r.dbsize() == len(live) - 2
 
@@ -2555,6 +2555,9 @@ def test_big_batches_survive_kills(server_factory, mode):
         threads = [threading.Thread(target=f, daemon=True) for f in (big_writer, small_writer)]
         for t in threads:
             t.start()
+        # At least one big SET acknowledged each round, however slow the disk:
+        # 6 rounds of a fixed 0.3-1.0 s made fewer than 6 on a 50 MB/s disk.
+        wait_until(lambda: len(acked) > 0, timeout=120, what="a big SET acknowledged")
         time.sleep(rng.uniform(0.3, 1.0))
         bigs += s.client().info("mangosteen")["mango_big_batches"]
         s.kill9()
@@ -3655,6 +3658,17 @@ def read_after_queued_write(server_factory, env=None, key="k", read=lambda c: c.
     read was answered (negative: after), and the server. prepare(client)
     runs first, its writes made durable. hz 1 keeps serverCron's write
     section out of the 40 ms window in almost every run."""
+    for attempt in range(3):
+        result = _read_after_queued_write_once(server_factory, env, key, read, want, prepare)
+        if result is not None:
+            return result
+    raise AssertionError("three tries: the read never saw the SET of k, or that SET never queued behind w0's sync (timing off)")
+
+
+def _read_after_queued_write_once(server_factory, env, key, read, want, prepare):
+    """One try of the scenario; None when its setup missed (a thread that
+    started more than 20 ms late on a busy machine: the read came before
+    the SET of k, or the SET did not queue behind w0's sync)."""
     s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "300000", **(env or {})})
     a, b, c = s.client(), s.client(), s.client()
     a.config_set("hz", 1)
@@ -3674,12 +3688,14 @@ def read_after_queued_write(server_factory, env=None, key="k", read=lambda c: c.
     time.sleep(0.02)  # w0's batch is sealed and its sync under way
     tb.start()
     time.sleep(0.02)  # the SET of k ran; its batch waits behind w0's sync
-    assert read(c) == want
+    seen = read(c)
     got = time.monotonic()
     ta.join(10)
     tb.join(10)
     assert "w0" in done and "k" in done
-    assert done["k"] - done["w0"] > 0.2, "the SET of k did not queue behind w0's sync; timing off"
+    if seen != want or done["k"] - done["w0"] <= 0.2:
+        s.stop("kill")
+        return None
     return done["k"] - got, s
 
 
@@ -4227,13 +4243,13 @@ def test_inline_commits_under_load_survive_kill(server_factory, mode):
     Both kinds of commit must have happened, and after kill -9 every key,
     list and counter is there, exactly.
 
-    "Under load" is 8 commands per pass on average; the test lowers it to 1
+    "Under load" is 8 commands per pass on average; the test lowers it to 0
     (MANGO_REDIS_TEST_GATHER_MIN_CMDS): on a slower machine 50 clients made
     60 000 commands in 13 546 batches (4.4 a batch), the rule never fired
-    and CI failed the test once. The lone client then makes the inline path certain: after 16
-    passes its one command a pass counts as load, no sync is in flight
-    (its reply waited for the last one) and no request waits on the loop."""
-    s = server_factory(mode, env={"MANGO_LOG_SIZE": "32m", "MANGO_REDIS_TEST_GATHER_MIN_CMDS": "1"})
+    and CI failed the test once. The lone client then makes the inline path
+    certain: no sync is in flight when its INCR arrives (its last reply
+    waited for the last one) and no other request waits on the loop."""
+    s = server_factory(mode, env={"MANGO_LOG_SIZE": "32m", "MANGO_REDIS_TEST_GATHER_MIN_CMDS": "0"})
     cmd = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(s.port), "-c", "50", "-n", "20000",
            "-r", "5000", "-t", "set,lpush,incr", "-q"]
     p = subprocess.run(cmd, capture_output=True, timeout=300)
