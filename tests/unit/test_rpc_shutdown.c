@@ -127,7 +127,17 @@ int main(void)
         CHECK(v == i);
     }
     CHECK(send(fd2, req, sizeof req, 0) == (ssize_t)sizeof req);
-    usleep(50000); /* it runs, and waits for its 300 ms sync */
+    /* It runs, and waits for its 300 ms sync: wait until its batch is in
+     * flight (a fixed 50 ms could pass before a busy machine's worker read
+     * the request, and the shutdown would then have nothing to answer). */
+    bool flying = false;
+    for (int i = 0; i < 50000 && !flying; i++) {
+        mango_stats st;
+        mango_get_stats(&st);
+        flying = st.batches_in_flight > 0;
+        if (!flying) usleep(100);
+    }
+    CHECK(flying);
 
     /* No mango_rpc_stop: shutdown stops the server itself. */
     CHECK(mango_shutdown() == MANGO_OK);
