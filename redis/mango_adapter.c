@@ -57,6 +57,7 @@
  */
 #include "server.h"
 #include "mango_adapter.h"
+#include "script.h" /* scriptIsTimedout: replies served while a script yields */
 #include "mango.h"
 
 #include <ctype.h>
@@ -456,8 +457,13 @@ static void die(const char *what, int rc)
 static void mango_atexit(void)
 {
     if (!mango_on) return;
-    if (mango_batch_open())
-        mango_batch_end();
+    if (mango_batch_open()) {
+        if (isInsideYieldingLongCommand()) /* SHUTDOWN NOSAVE during a busy script: drop its changes */
+            serverLog(LL_WARNING, "Mangosteen: exiting while a command is still running: its changes so far "
+                      "are dropped, as after a crash (their replies were never sent)");
+        else
+            mango_batch_end();
+    }
     const char *st = getenv("MANGO_STATS");
     if (st && *st && strcmp(st, "0") != 0) {
         mango_stats s;
@@ -837,7 +843,14 @@ void mangoNoteReply(client *c)
         mango_batch_resume();
     }
     uint64_t t;
-    if (write_depth > 0 || call_depth == 0 || !pipelined)
+    if (scriptIsTimedout() && c != scriptGetCaller() && c != scriptGetClient())
+        /* Another client, served while a script yields past busy-reply-
+         * threshold (BUSY errors, SCRIPT KILL, SHUTDOWN's refusal, WATCH):
+         * nothing it is told reads the script's writes, so it waits only for
+         * what was submitted before the script's open batch. With that batch's
+         * ticket a BUSY error waited for the script's end (session 35). */
+        t = mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
+    else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
     else
         t = cmd_dep;
@@ -868,17 +881,32 @@ uint64_t mangoDurableTicket(void)
     return durable_seen = d;
 }
 
+/* A command is still running: inside a write section (DEBUG RESTART), or a
+ * script or module command past busy-reply-threshold that lets the loop
+ * serve SHUTDOWN NOSAVE and replicas' REPLCONF between its calls. The open
+ * batch holds part of its changes: committing it would make half a script
+ * durable, and a replica that then continued from the recorded position
+ * would never get that half (found by a review, session 35). */
+int mangoCommandUnfinished(void)
+{
+    return mango_on && (write_depth > 0 || isInsideYieldingLongCommand());
+}
+
 /* Ends the open batch, if any, and waits until everything submitted is
  * durable: a fork for a replica's full sync then snapshots only durable
- * writes. Not inside a write section. */
+ * writes; a shutdown leaves replicas with the whole durable stream. With a
+ * command unfinished, only what was submitted before the open batch: the
+ * batch stays open and is dropped at the exit, as in a crash (its replies
+ * were never sent). */
 void mangoSyncAll(void)
 {
     if (!mango_on || import_serving) return;
-    serverAssert(write_depth == 0);
-    if (mango_batch_open()) {
+    if (mango_batch_open() && !mangoCommandUnfinished()) {
         commit_sync();
     } else {
-        int rc = mango_wait_durable(mango_reply_ticket());
+        uint64_t t = mango_reply_ticket(); /* the open batch's, or the last submitted */
+        if (mango_batch_open()) t--;
+        int rc = mango_wait_durable(t);
         if (rc != MANGO_OK) die("mango_wait_durable", rc);
     }
 }
@@ -999,7 +1027,17 @@ int mangoAnyVolatileKeys(void)
     return 0;
 }
 
-int mangoBatchOpen(void) { return mango_on && mango_batch_open() && !import_serving; }
+/* Replies may be written from processEventsWhileBlocked() (a script or
+ * module command past busy-reply-threshold, DEBUG RELOAD's or an import's
+ * loading) unless the open batch captures: writing a client's output frees
+ * and allocates, which would then come from the durable heap. A yielding
+ * script's batch is paused between its calls, so the BUSY errors and SCRIPT
+ * KILL's reply go out at once (each held by its ticket, like any reply);
+ * until session 35 they waited for the script's end. */
+int mangoMayWriteWhileBlocked(void)
+{
+    return !mango_on || !mango_batch_open() || import_serving || !mango_capture_active;
+}
 
 int mangoDictMayRehash(const void *d)
 {

@@ -133,6 +133,7 @@ size_t mangoReplSendableEnd(const struct replBufBlock *o);
 int mangoReplicaHeld(struct client *c);
 uint64_t mangoDurableTicket(void);
 void mangoSyncAll(void);
+int mangoCommandUnfinished(void);
 void mangoBookkeepingBegin(void);
 void mangoBookkeepingEnd(void);
 int mangoTransientBegin(void);
@@ -147,7 +148,7 @@ void mangoSnapshotStep(void);
 void mangoSnapshotCancel(void);
 sds mangoSnapshotInfo(sds info);
 /* Is a batch open (replies of this pass must not be sent yet)? */
-int mangoBatchOpen(void);
+int mangoMayWriteWhileBlocked(void);
 /* Does any database hold keys with a TTL? (the fast expire cycle runs, in a
  * write section, only then: otherwise every pass would commit the cycle's
  * bookkeeping stores and sync for nothing) */
