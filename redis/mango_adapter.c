@@ -155,6 +155,7 @@ static uint64_t gather_holds;      /* passes that kept their batch open (MANGO_S
  * (serve_during_import): their replies (LOADING errors, INFO) depend on no
  * batch, so they leave at once, as with stock Redis's loading. */
 static int import_serving;
+static __thread int importing; /* an import is loading the RDB file (see "importing" below) */
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -458,10 +459,17 @@ static void mango_atexit(void)
 {
     if (!mango_on) return;
     if (mango_batch_open()) {
-        if (isInsideYieldingLongCommand()) /* SHUTDOWN NOSAVE during a busy script: drop its changes */
+        /* An exit with a command unfinished: SHUTDOWN NOSAVE during a busy
+         * script, or an exit inside a write command (DEBUG RELOAD NOSAVE of
+         * a damaged file exits from rdbLoad after emptying the databases;
+         * committing that emptied the pool). Its changes so far are dropped.
+         * An import that fails keeps its batch committed: the pool then says
+         * the import is unfinished and is refused (mangoLoadDataFromDisk). */
+        if (mangoCommandUnfinished() && !importing) {
             serverLog(LL_WARNING, "Mangosteen: exiting while a command is still running: its changes so far "
                       "are dropped, as after a crash (their replies were never sent)");
-        else
+            if (mango_capture_active) mango_batch_pause(); /* no store is captured past here */
+        } else
             mango_batch_end();
     }
     const char *st = getenv("MANGO_STATS");
@@ -1370,6 +1378,13 @@ int mangoRefuseCommand(client *c)
         }
         return 0;
     }
+    if (c->cmd->proc == debugCommand && c->argc >= 2 && sdsEncodedObject(c->argv[1]) &&
+        !strcasecmp(c->argv[1]->ptr, "loadaof")) {
+        /* It empties the databases, then exits for want of an AOF file. */
+        rejectCommandFormat(c, "Mangosteen: DEBUG LOADAOF is not supported with a pool: there is no AOF, "
+                            "the pool is the durable copy");
+        return 1;
+    }
     if (c->cmd->proc == failoverCommand) {
         /* FAILOVER makes this master a replica of one of its replicas. */
         rejectCommandFormat(c, "Mangosteen: FAILOVER is not supported with a pool: this server would become a "
@@ -1479,7 +1494,6 @@ enum { IMPORT_NONE = 0, IMPORT_RUNNING = 1, IMPORT_DONE = 2 };
 static int durable_import_state;
 static long long durable_import_file_bytes;
 /* Transient (thread-locals: written inside the import's write section too). */
-static __thread int importing;
 static __thread int import_bulk; /* the default; MANGO_REDIS_IMPORT_BULK=0: chunked */
 static __thread size_t import_next_check, import_next_events;
 static __thread long long import_events_interval; /* loading-process-events-interval-bytes, taken over */
