@@ -30,9 +30,10 @@
  *     values to its thread: they are freed at once, or go to the graveyard
  *     (mangoFreeAsync);
  *   - at the end of every event-loop pass, in that pass's batch, the
- *     graveyard is released for at most RELEASE_STEP_NS or until the batch
- *     holds an eighth of a batch's room (mangoReleaseStep), and the loop
- *     does not sleep while anything is left.
+ *     graveyard is released for at most RELEASE_STEP_NS or until the step
+ *     has added an eighth of a batch's room to the batch (mangoReleaseStep),
+ *     and the loop does not sleep while anything is left. Not without a
+ *     durable mode (mango-mode none): Redis frees as usual.
  * The graveyard is durable: its nodes live in the durable heap, its head and
  * tail are .bss words written only in write sections, and every step is
  * part of a batch. After a crash the release goes on where the last durable
@@ -84,7 +85,8 @@ static uint64_t test_last_step_ns;
 
 typedef struct step_budget {
     uint64_t deadline_ns;
-    uint64_t room;   /* stop once the batch holds this many bytes of blocks */
+    uint64_t used0;  /* the batch's bytes of blocks when the step began */
+    uint64_t room;   /* stop once the step added this many bytes of blocks */
     unsigned long spent; /* elements freed in this step */
     unsigned long max;   /* elements allowed in this step */
     int out;         /* budget exhausted */
@@ -122,7 +124,7 @@ static int budget_left(step_budget *b)
     if ((b->spent++ & 15) == 0) {
         uint64_t used = 0;
         mango_batch_room(&used, NULL);
-        if (used >= b->room || now_ns() >= b->deadline_ns) b->out = 1;
+        if (used - b->used0 >= b->room || now_ns() >= b->deadline_ns) b->out = 1;
     }
     return !b->out;
 }
@@ -343,9 +345,19 @@ static int in_durable_heap(const void *p)
     return (uintptr_t)p >= lo && (uintptr_t)p < hi;
 }
 
+/* Without a durable mode (mango-mode none) batches hold nothing
+ * (mango_batch_room gives a capacity of 0): a step could free nothing, and
+ * the graveyard would keep what it got while the loop spun. Redis frees. */
+static int releasing_in_steps(void)
+{
+    uint64_t cap = 0;
+    mango_batch_room(NULL, &cap);
+    return cap > 0;
+}
+
 int mangoEmptyDb(redisDb *db)
 {
-    if (!mangoEnabled() || db < server.db || db >= server.db + server.dbnum) return 0;
+    if (!mangoEnabled() || db < server.db || db >= server.db + server.dbnum || !releasing_in_steps()) return 0;
     mangoWriteBegin();
     grave_push(NULL, db->dict, db->expires);
     db->dict = dictCreate(&dbDictType);
@@ -362,7 +374,7 @@ int mangoFreeLater(robj *o)
     if (effort < GRAVE_SMALL_EFFORT) return 0;
     uint64_t used = 0, cap = 0; /* bytes of 32-byte blocks */
     mango_batch_room(&used, &cap);
-    if (used + (uint64_t)effort * FREE_BLOCKS_PER_ELEMENT * 32 <= cap / 4) return 0;
+    if (cap == 0 || used + (uint64_t)effort * FREE_BLOCKS_PER_ELEMENT * 32 <= cap / 4) return 0;
     grave_push(o, NULL, NULL); /* a graveyard node costs a few blocks */
     return 1;
 }
@@ -385,9 +397,14 @@ int mangoReleaseStep(void)
         if (now_ns() - test_last_step_ns < 20000000ull) return 0;
         test_last_step_ns = now_ns();
     }
-    uint64_t cap = 0;
-    mango_batch_room(NULL, &cap);
-    step_budget b = {.deadline_ns = now_ns() + RELEASE_STEP_NS, .room = cap / RELEASE_ROOM_DIVISOR,
+    /* The room is counted from the batch's size when the step begins: the
+     * pass's commands may have filled it past room already (up to a quarter
+     * of a batch before mangoCallEnd() submits early), and a step measured
+     * against the whole batch then freed nothing while large writes kept
+     * coming (found by a review, session 35). */
+    uint64_t used0 = 0, cap = 0;
+    mango_batch_room(&used0, &cap);
+    step_budget b = {.deadline_ns = now_ns() + RELEASE_STEP_NS, .used0 = used0, .room = cap / RELEASE_ROOM_DIVISOR,
                      .max = test_per_pass > 0 ? (unsigned long)test_per_pass : ~0ul};
     mangoDeletionsBegin(); /* what it frees no key reaches: no read waits for it */
     while (graves_head && !b.out) {

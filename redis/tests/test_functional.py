@@ -576,6 +576,20 @@ def test_control_mode_none_loses_everything_on_kill(server_factory):
     assert state == "FRESH"
 
 
+def test_control_mode_none_frees_a_flushall_at_once(server_factory):
+    """MANGO_MODE=none logs nothing, so a release step could free nothing:
+    a FLUSHALL put the databases on the graveyard, which kept them (20 MB of
+    DEBUG POPULATE's keys after the flush) while the loop spun at full CPU
+    (found by a review, session 35). Redis frees them as it would."""
+    s = server_factory("none")
+    r = s.client()
+    base = used_memory(r)
+    r.execute_command("DEBUG", "POPULATE", 100000)
+    assert used_memory(r) > base + (5 << 20)
+    assert r.flushall()
+    assert used_memory(r) < base + (1 << 20), (used_memory(r), base)
+
+
 # --------------------------------------------------------------------------
 # TTLs and EXPIRE across restarts
 
