@@ -18,6 +18,7 @@ REDIS_FUNCTIONAL_KEEP=1 keeps the pools and server logs (their directories are p
 Needs redis-py (Debian's python3-redis 4.3.4, scripts/setup.sh); run it with
 a python3 that has it, e.g. /usr/bin/python3 -m pytest -q redis/tests/test_functional.py.
 """
+import fcntl
 import hashlib
 import json
 import os
@@ -1720,12 +1721,13 @@ def test_a_master_without_a_backlog_forgets_the_recorded_position(server_factory
 def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_factory):
     """Replicas are written with the clients, once the batches they depend on
     are durable (as with appendfsync always, where Redis syncs the AOF before
-    writing to replicas): with every sync taking 300 ms (sim mode), a SET
-    reaches the replica 300 ms after it was sent, no earlier, and a SET whose
-    sync is under way when the master is killed never reaches it. A replica
+    writing to replicas): with every sync taking 1 s (sim mode), a SET
+    reaches the replica 1 s after it was sent, no earlier, and a SET whose
+    sync is under way when the master is killed never reaches it. (300 ms
+    syncs until session 35 left 150 ms for a busy machine's pauses.) A replica
     that had it would serve a write the master may not have; after the
     restart the replica resyncs to the recovered master."""
-    s, r, rep = master_with_replica(server_factory, "sim", 300000)
+    s, r, rep = master_with_replica(server_factory, "sim", 1000000)
     try:
         rep.caught_up(r)
         for i in range(3):
@@ -1743,8 +1745,8 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
                 time.sleep(0.002)
             seen = time.monotonic() - t0
             th.join()
-            assert seen > 0.25, f"the replica had k{i} {seen * 1000:.0f} ms after the SET, before its 300 ms sync"
-            assert acked["t"] - t0 > 0.25
+            assert seen > 0.8, f"the replica had k{i} {seen * 1000:.0f} ms after the SET, before its 1 s sync"
+            assert acked["t"] - t0 > 0.8
         w = s.client()
         outcome = {}
 
@@ -1757,7 +1759,7 @@ def test_a_replica_gets_a_write_only_once_the_master_made_it_durable(server_fact
         t0 = time.monotonic()
         th = threading.Thread(target=lost_writer)
         th.start()
-        while time.monotonic() - t0 < 0.15:
+        while time.monotonic() - t0 < 0.4:
             assert rep.r.get("lost") is None, "the replica had a write its master had not made durable"
             time.sleep(0.002)
         s.stop("kill")
@@ -2127,6 +2129,23 @@ def start_daemonized(s, args, stdin=None, conf_lines=()):
     return p.returncode, p.stderr.decode(errors="replace"), pid
 
 
+def daemon_gone(pid, pool):
+    """A daemon (not our child: no waitpid) killed or stopped is gone once
+    its pool is unlocked. /proc/PID/stat shows its main thread a zombie
+    while the other threads still exit, holding the pool's lock (the whole
+    1 GiB mapping is torn down first): a start then found the pool "in use by
+    another process" (CI, session 35)."""
+    if os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z":
+        return False
+    with open(pool, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(f, fcntl.LOCK_UN)
+    return True
+
+
 def test_daemonize_yes(server_factory):
     """daemonize yes (Debian's redis.conf has it): Redis forks into the
     background after loading its configuration, long after the pool is open,
@@ -2153,8 +2172,7 @@ def test_daemonize_yes(server_factory):
             r.close()
         finally:
             os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
-                   open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the daemon's death")
+        wait_until(lambda: daemon_gone(pid, s.pool), what="the daemon's death")
         assert "RECOVERED" in s.logtext(), s.logtext()[-1500:]
         assert "fork() child" not in s.logtext(), s.logtext()[-1500:]
     rc, err, pid = start_daemonized(s, ["--daemonize", "yes"])
@@ -2169,8 +2187,7 @@ def test_daemonize_yes(server_factory):
             pass
         r.close()
     finally:
-        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or
-                   open(f"/proc/{pid}/stat").read().split()[2] == "Z", what="the daemon's exit")
+        wait_until(lambda: daemon_gone(pid, s.pool), what="the daemon's exit")
     # a bad directive and a pool that cannot be opened: still reported, exit 1
     rc, err, _ = start_daemonized(s, ["--daemonize", "yes", "--no-such-directive", "1"])
     assert rc == 1 and "Bad directive" in err, (rc, err)
