@@ -851,12 +851,15 @@ void mangoNoteReply(client *c)
         mango_batch_resume();
     }
     uint64_t t;
-    if (scriptIsTimedout() && c != scriptGetCaller() && c != scriptGetClient())
-        /* Another client, served while a script yields past busy-reply-
-         * threshold (BUSY errors, SCRIPT KILL, SHUTDOWN's refusal, WATCH):
-         * nothing it is told reads the script's writes, so it waits only for
-         * what was submitted before the script's open batch. With that batch's
-         * ticket a BUSY error waited for the script's end (session 35). */
+    if (scriptIsTimedout() && server.current_client && server.current_client != scriptGetCaller())
+        /* Another client's command, served while a script yields past
+         * busy-reply-threshold (BUSY errors, SCRIPT KILL, SHUTDOWN's refusal,
+         * WATCH): nothing it is told reads the script's writes, so it waits
+         * only for what was submitted before the script's open batch. With
+         * that batch's ticket a BUSY error waited for the script's end
+         * (session 35). What the script itself sends other clients while it
+         * yields (keyspace notifications, PUBLISH) is made with the script's
+         * caller as the current client and keeps the script's ticket. */
         t = mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
     else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */

@@ -3927,6 +3927,50 @@ def test_keyspace_notifications_wait_for_their_batch(server_factory, how):
     assert not early, f"messages before the write's batch was durable: {early}"
 
 
+def test_a_busy_scripts_notifications_wait_for_its_batch(server_factory):
+    """Other clients are answered while a script runs past
+    busy-reply-threshold, but what the script itself sends them (keyspace
+    notifications of its writes, its PUBLISHes) waits for the script's
+    batch, as from any write: 1 s sim-mode syncs, a script that writes and
+    publishes after it started yielding; nothing may reach the subscriber
+    before the script's end plus its sync. (Session 35's first version of
+    the early answers released them at once: they are made for another
+    client while the script yields.)"""
+    s = server_factory("sim", env={"MANGO_SIM_SYNC_DELAY_US": "1000000"})
+    r = s.client()
+    r.config_set("notify-keyspace-events", "KA")
+    r.config_set("busy-reply-threshold", 100)
+    sub = s.client().pubsub()
+    sub.psubscribe("__keyspace@0__:*")
+    sub.subscribe("jobs")
+    for _ in range(2):
+        assert sub.get_message(timeout=5)["type"] in ("psubscribe", "subscribe")
+    time.sleep(2.2)  # the CONFIG SETs' batches durable
+    script = ("local function spin(ms) local t = redis.call('TIME') "
+              "local t0 = t[1] * 1000 + t[2] / 1000 "
+              "repeat t = redis.call('TIME') until t[1] * 1000 + t[2] / 1000 - t0 >= ms end "
+              "spin(300) redis.call('SET', 'k', 'v') redis.call('PUBLISH', 'jobs', 'k is set') spin(300) return 1")
+    done = {}
+
+    def run(c):
+        out = c.eval(script, 0)
+        done["t"] = time.monotonic()
+        return out
+
+    t0 = time.monotonic()
+    t, out = blocked_call(s, run)
+    got = []
+    while len(got) < 2 and time.monotonic() - t0 < 15:
+        m = sub.get_message(timeout=5)
+        if m:
+            got.append((round(time.monotonic() - t0, 3), m["channel"]))
+    t.join(15)
+    assert out.get("r") == 1 and len(got) == 2, (out, got)
+    assert done["t"] - t0 > 1.4, "the script's reply did not wait for its 1 s sync; timing off"
+    early = [(at, ch) for at, ch in got if at < 1.2]
+    assert not early, f"the script's messages left before its batch was durable: {early}"
+
+
 @pytest.mark.parametrize("mode", ["fs", "sim"])
 def test_an_idle_server_with_ttl_keys_stays_idle(server_factory, mode):
     """While a key has a TTL, every pass of the event loop runs the fast
