@@ -95,6 +95,8 @@ extern dictType keylistDictType;
 static int mango_on;        /* mango_init succeeded */
 static int pipelined;       /* batches may be in flight: track reply dependencies */
 static __thread int call_depth;       /* nesting of call() */
+#define CALL_DEPTH_TRACKED 16
+static __thread client *calling[CALL_DEPTH_TRACKED]; /* calling[d]: the client of call() at depth d + 1 */
 static __thread uint64_t cmd_dep;     /* the outermost command's dependencies so far */
 static uint64_t global_ticket;
 #define KEY_SLOTS (1u << 14) /* 128 KiB; with ~40 writes in flight a read
@@ -824,6 +826,30 @@ void mangoCommit(void)
     mangoSnapshotStep(); /* between batches: MANGOSNAPSHOT */
 }
 
+extern int ProcessingEventsWhileBlocked; /* networking.c */
+
+/* Is the reply being made for another client's command, served while a
+ * script yields past busy-reply-threshold (a BUSY error, SCRIPT KILL,
+ * SHUTDOWN's refusal, WATCH)? Nothing such a command tells reads the
+ * script's writes or the rest of the pass's open batch, so its reply waits
+ * only for what was submitted before that batch; with the batch's ticket a
+ * BUSY error waited for the script's end (session 35). Not for what the
+ * script itself sends other clients (keyspace notifications, PUBLISH: made
+ * while the script runs, not while the loop serves others; the first
+ * version, which looked only at the current client, released them before
+ * the script's batch was durable), nor for module or write commands
+ * allowed while busy (they may write into or read from the open batch),
+ * nor FUNCTION STATS (it counts libraries a FUNCTION LOAD of the open batch
+ * made; found by a review). */
+static int answered_beside_a_busy_script(void)
+{
+    client *cur = server.current_client;
+    if (!ProcessingEventsWhileBlocked || !scriptIsTimedout() || !cur || cur == scriptGetCaller()) return 0;
+    int running = call_depth > 0 && call_depth <= CALL_DEPTH_TRACKED && calling[call_depth - 1] == cur;
+    if (!running) return 1; /* refused before call(): BUSY, an unknown command, a bad argument count */
+    return !((cur->cmd->flags & (CMD_WRITE | CMD_MODULE)) || cur->cmd->proc == functionStatsCommand);
+}
+
 void mangoNoteReply(client *c)
 {
     if (!mango_on) return;
@@ -851,15 +877,7 @@ void mangoNoteReply(client *c)
         mango_batch_resume();
     }
     uint64_t t;
-    if (scriptIsTimedout() && server.current_client && server.current_client != scriptGetCaller())
-        /* Another client's command, served while a script yields past
-         * busy-reply-threshold (BUSY errors, SCRIPT KILL, SHUTDOWN's refusal,
-         * WATCH): nothing it is told reads the script's writes, so it waits
-         * only for what was submitted before the script's open batch. With
-         * that batch's ticket a BUSY error waited for the script's end
-         * (session 35). What the script itself sends other clients while it
-         * yields (keyspace notifications, PUBLISH) is made with the script's
-         * caller as the current client and keeps the script's ticket. */
+    if (answered_beside_a_busy_script())
         t = mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
     else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
@@ -1283,6 +1301,7 @@ int mangoCallBegin(client *c)
     if (!mango_on) return write;
     note_epoch++;
     call_depth++;
+    if (call_depth <= CALL_DEPTH_TRACKED) calling[call_depth - 1] = c;
     if (call_depth == 1) {
         cmds_this_pass++;
         if (write) writes_this_pass++;

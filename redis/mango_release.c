@@ -124,7 +124,7 @@ static int budget_left(step_budget *b)
     if ((b->spent++ & 15) == 0) {
         uint64_t used = 0;
         mango_batch_room(&used, NULL);
-        if (used - b->used0 >= b->room || now_ns() >= b->deadline_ns) b->out = 1;
+        if ((used > b->used0 ? used - b->used0 : 0) >= b->room || now_ns() >= b->deadline_ns) b->out = 1;
     }
     return !b->out;
 }

@@ -2525,8 +2525,8 @@ def test_shutdown_nosave_drops_a_busy_scripts_writes(server_factory, mode):
     its replicas) and the exit committed it, and the restarted server held
     half a script (found by a review); and every reply to another client
     while the script yielded (BUSY, SCRIPT KILL's refusal) waited for the
-    script's end, SHUTDOWN NOSAVE included. A write acknowledged before the
-    script stays."""
+    script's end, SHUTDOWN NOSAVE included (a BUSY refusal of a write
+    command too). A write acknowledged before the script stays."""
     s = server_factory(mode)
     r = s.client()
     r.config_set("busy-reply-threshold", 100)
@@ -2555,6 +2555,8 @@ def test_shutdown_nosave_drops_a_busy_scripts_writes(server_factory, mode):
     wait_until(busy, what="the script to run past busy-reply-threshold")
     with pytest.raises(ResponseError, match="UNKILLABLE"):  # it has written
         r.script_kill()
+    with pytest.raises(ResponseError, match="BUSY"):  # a write refused, at once too
+        r.set("refused", "1")
     # Replies to other clients while the script yields wait only for what
     # was submitted before it (until session 35 they waited for its end).
     assert time.monotonic() - t0 < 10, "BUSY and SCRIPT KILL's refusal waited for the script's end"
