@@ -462,9 +462,9 @@ static void mango_atexit(void)
     if (!mango_on) return;
     if (mango_batch_open()) {
         /* An exit with a command unfinished: SHUTDOWN NOSAVE during a busy
-         * script, or an exit inside a write command (DEBUG RELOAD NOSAVE of
-         * a damaged file exits from rdbLoad after emptying the databases;
-         * committing that emptied the pool). Its changes so far are dropped.
+         * script, or inside a write command (a SHUTDOWN NOSAVE served while
+         * DEBUG RELOAD loads, after it emptied the databases: committing
+         * that emptied the pool). Its changes so far are dropped.
          * An import that fails keeps its batch committed: the pool then says
          * the import is unfinished and is refused (mangoLoadDataFromDisk). */
         if (mangoCommandUnfinished() && !importing) {
@@ -828,6 +828,13 @@ void mangoCommit(void)
 
 extern int ProcessingEventsWhileBlocked; /* networking.c */
 
+/* The last ticket submitted before the open batch (everything submitted,
+ * when none is open). */
+static uint64_t ticket_before_open_batch(void)
+{
+    return mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
+}
+
 /* Is the reply being made for another client's command, served while a
  * script yields past busy-reply-threshold (a BUSY error, SCRIPT KILL,
  * SHUTDOWN's refusal, WATCH)? Nothing such a command tells reads the
@@ -878,7 +885,7 @@ void mangoNoteReply(client *c)
     }
     uint64_t t;
     if (answered_beside_a_busy_script())
-        t = mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
+        t = ticket_before_open_batch();
     else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
     else
@@ -933,9 +940,7 @@ void mangoSyncAll(void)
     if (mango_batch_open() && !mangoCommandUnfinished()) {
         commit_sync();
     } else {
-        uint64_t t = mango_reply_ticket(); /* the open batch's, or the last submitted */
-        if (mango_batch_open()) t--;
-        int rc = mango_wait_durable(t);
+        int rc = mango_wait_durable(ticket_before_open_batch());
         if (rc != MANGO_OK) die("mango_wait_durable", rc);
     }
 }

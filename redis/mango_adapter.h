@@ -147,7 +147,7 @@ void mangoSnapshotCommand(struct client *c);
 void mangoSnapshotStep(void);
 void mangoSnapshotCancel(void);
 sds mangoSnapshotInfo(sds info);
-/* Is a batch open (replies of this pass must not be sent yet)? */
+/* May processEventsWhileBlocked() write replies (no batch captures)? */
 int mangoMayWriteWhileBlocked(void);
 /* Does any database hold keys with a TTL? (the fast expire cycle runs, in a
  * write section, only then: otherwise every pass would commit the cycle's

@@ -3807,7 +3807,7 @@ def read_after_queued_write(server_factory, env=None, key="k", read=lambda c: c.
     read was answered (negative: after), and the server. prepare(client)
     runs first, its writes made durable. hz 1 keeps serverCron's write
     section out of the 40 ms window in almost every run."""
-    for attempt in range(3):
+    for _ in range(3):
         result = _read_after_queued_write_once(server_factory, env, key, read, want, prepare)
         if result is not None:
             return result
