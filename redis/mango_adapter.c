@@ -158,6 +158,10 @@ static uint64_t gather_holds;      /* passes that kept their batch open (MANGO_S
  * batch, so they leave at once, as with stock Redis's loading. */
 static int import_serving;
 static __thread int importing; /* an import is loading the RDB file (see "importing" below) */
+/* DEBUG RELOAD serves clients between two reads of the file too
+ * (mangoProcessEventsWhileLoading), with its write section's batch paused:
+ * their replies wait for what was submitted before that batch. */
+static int reload_serving;
 
 /* Durable: written in the initial batch, restored by recovery. */
 static int durable_dbnum;
@@ -884,7 +888,7 @@ void mangoNoteReply(client *c)
         mango_batch_resume();
     }
     uint64_t t;
-    if (answered_beside_a_busy_script())
+    if (answered_beside_a_busy_script() || (reload_serving && write_depth == 0))
         t = ticket_before_open_batch();
     else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
@@ -925,7 +929,7 @@ uint64_t mangoDurableTicket(void)
  * would never get that half (found by a review, session 35). */
 int mangoCommandUnfinished(void)
 {
-    return mango_on && (write_depth > 0 || isInsideYieldingLongCommand());
+    return mango_on && (write_depth > 0 || reload_serving || isInsideYieldingLongCommand());
 }
 
 /* Ends the open batch, if any, and waits until everything submitted is
@@ -1351,6 +1355,9 @@ void mangoCallEnd(client *c, int write)
     if (write && mangoFunctionsWrite(c->cmd)) {
         mango_batch_resume();
         mangoFunctionsSave();
+    } else if (write && c->cmd->proc == debugCommand && c->argc >= 2 && sdsEncodedObject(c->argv[1]) &&
+               !strcasecmp(c->argv[1]->ptr, "reload")) {
+        mangoFunctionsSave(); /* the file's libraries replaced the engine's */
     }
     if (write) mangoWriteEnd();
     note_epoch++;
@@ -1379,6 +1386,13 @@ int mangoRefuseCommand(client *c)
     if (import_serving && changes_keyspace(c->cmd)) {
         rejectCommandFormat(c, "-LOADING Redis is loading the dataset in memory (Mangosteen: importing %s)",
                             server.rdb_filename);
+        return 1;
+    }
+    /* The same while DEBUG RELOAD loads: its open batch holds the emptied,
+     * half-loaded databases (stock Redis would run a DEBUG POPULATE into
+     * them). */
+    if (reload_serving && changes_keyspace(c->cmd)) {
+        rejectCommandFormat(c, "-LOADING Redis is loading the dataset in memory (Mangosteen: DEBUG RELOAD)");
         return 1;
     }
     /* The pool's durable heap has a fixed size, and Redis aborts on an
@@ -1537,19 +1551,44 @@ static long test_import_kill_after = -1;
  * section their allocations are transient, and their replies leave at once.
  * DEBUG, the one command that would open a write section here, is refused
  * with LOADING (mangoRefuseCommand). */
+static void serve_paused(int *serving)
+{
+    int depth = write_depth;
+    /* Already paused inside a function library's load (mangoRdbFunctionLoad):
+     * it stays paused. */
+    int was_capturing = mango_capture_active;
+    if (was_capturing) mango_batch_pause();
+    write_depth = 0;
+    note_epoch++;
+    *serving = 1;
+    processEventsWhileBlocked();
+    *serving = 0;
+    note_epoch++;
+    write_depth = depth;
+    if (was_capturing) mango_batch_resume();
+}
+
 static void serve_during_import(size_t processed_bytes)
 {
     loadingAbsProgress((off_t)processed_bytes);
-    int depth = write_depth;
-    mango_batch_pause();
-    write_depth = 0;
-    note_epoch++;
-    import_serving = 1;
-    processEventsWhileBlocked();
-    import_serving = 0;
-    note_epoch++;
-    write_depth = depth;
-    mango_batch_resume();
+    serve_paused(&import_serving);
+}
+
+/* rdbLoadProgressCallback() serves clients every loading-process-events-
+ * interval-bytes (an import takes that over: serve_during_import). Inside
+ * a write section (DEBUG RELOAD, which empties the databases and loads the
+ * file in one) the loop would otherwise run with the batch capturing: the
+ * clients that connect, their query buffers and replies would come from the
+ * durable heap and leak there at the next crash, and an exit served there
+ * (SHUTDOWN NOSAVE, SIGTERM) counts as one inside the command
+ * (mangoCommandUnfinished), so the half-loaded batch is dropped. */
+void mangoProcessEventsWhileLoading(void)
+{
+    if (!mango_on || write_depth == 0 || !mango_batch_open()) {
+        processEventsWhileBlocked();
+        return;
+    }
+    serve_paused(&reload_serving);
 }
 
 void mangoLoadingProgress(size_t processed_bytes)
@@ -1570,7 +1609,9 @@ void mangoLoadingProgress(size_t processed_bytes)
         exit(1);
     }
     uint64_t used = 0, cap = 0; /* a bulk import commits nothing before its end */
-    if (!import_bulk) mango_batch_room(&used, &cap);
+    /* Not inside a function library's load (paused: mangoRdbFunctionLoad),
+     * whose next batch would capture the rest of it. */
+    if (!import_bulk && mango_capture_active) mango_batch_room(&used, &cap);
     if (used > cap / 4) {
         /* The load may stop anywhere, even inside a key: nothing of this
          * batch is served before the import's last batch marks it DONE. */

@@ -52,6 +52,10 @@ int mangoLoadDataFromDisk(void);
 /* rdbLoadProgressCallback(): the import of an RDB file into a new pool ends
  * its batch here once it is large (a no-op otherwise). */
 void mangoLoadingProgress(size_t processed_bytes);
+/* rdbLoadProgressCallback(), instead of processEventsWhileBlocked(): inside a
+ * write section (DEBUG RELOAD) the clients are served with its batch paused,
+ * and an exit served there drops that batch. */
+void mangoProcessEventsWhileLoading(void);
 /* Enter/leave a write section (nestable). */
 void mangoWriteBegin(void);
 void mangoWriteEnd(void);
@@ -195,5 +199,10 @@ void mangoFunctionsSave(void);
 void mangoFunctionsReload(void);
 /* Libraries whose source the pool holds. */
 unsigned long mangoFunctionsSaved(void);
+/* rdbLoadRio(), instead of rdbFunctionLoad(): the same, with the engine's
+ * allocations kept transient inside a write section. */
+struct functionsLibCtx;
+int mangoRdbFunctionLoad(struct _rio *rdb, int ver, struct functionsLibCtx *lib_ctx, int type, int rdbflags,
+                         char **err);
 
 #endif

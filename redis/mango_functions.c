@@ -17,6 +17,9 @@
  *     source of every library now loaded is copied into a durable array
  *     (mangoFunctionsSave), replacing the previous copy: a few KB of log for
  *     the usual library, once per FUNCTION command;
+ *   - libraries loaded from an RDB file (an import, DEBUG RELOAD) are
+ *     loaded paused too (mangoRdbFunctionLoad), and those commands save the
+ *     sources at their end as well;
  *   - after recovery, before the first client, each saved source is loaded
  *     again (mangoFunctionsReload). A library that no longer loads stops the
  *     start-up with the reason, as an AOF with such a library does: going on
@@ -79,6 +82,19 @@ void mangoFunctionsReload(void)
     if (saved_count)
         serverLog(LL_NOTICE, "Mangosteen: %lu function librar%s loaded again from the pool", saved_count,
                   saved_count == 1 ? "y" : "ies");
+}
+
+/* rdbLoadRio()'s load of a library from an RDB file (an import, DEBUG
+ * RELOAD), in a write section: the engine's and the library context's
+ * allocations stay transient, as for FUNCTION LOAD; the caller's batch then
+ * saves the source (mangoFunctionsSave). They came from the durable heap
+ * before session 36 (a leak at the next restart). */
+int mangoRdbFunctionLoad(rio *rdb, int ver, functionsLibCtx *lib_ctx, int type, int rdbflags, sds *err)
+{
+    int paused = mangoTransientBegin();
+    int rc = rdbFunctionLoad(rdb, ver, lib_ctx, type, rdbflags, err);
+    mangoTransientEnd(paused);
+    return rc;
 }
 
 unsigned long mangoFunctionsSaved(void) { return saved_count; }

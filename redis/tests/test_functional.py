@@ -2631,6 +2631,75 @@ def test_an_exit_inside_a_write_command_keeps_the_dataset(server_factory):
     assert "its changes so far are dropped, as after a crash" in log, log[-2000:]
 
 
+def test_debug_reload_serves_clients_beside_its_batch(server_factory):
+    """DEBUG RELOAD loads the file inside its write section, and Redis
+    serves clients every loading-process-events-interval-bytes. That loop
+    ran with the batch capturing: a client connecting then had its client
+    structure and buffers made in the durable heap, and its LOADING error
+    waited for the reload's end (replies are not written while a batch
+    captures). Now the clients are served with the batch paused (session
+    36): the errors arrive while the file loads (before, each waited ~3 s),
+    and the clients, still connected at a kill, leave nothing in the
+    durable heap: before, 20 such clients left 741 KB there (72 bytes
+    now)."""
+    s = server_factory("emulated")
+    r = s.client()
+    load_hashes(r, 3000, fields=4)
+    assert r.save()
+    s.restart("kill")
+    r = s.client()
+    base = r.info("mangosteen")["mango_heap_allocated_bytes"]
+    r.config_set("key-load-delay", 1000)  # µs a key: the reload takes ~3 s
+    r.config_set("loading-process-events-interval-bytes", 1024)
+    t, out = blocked_call(s, lambda c: c.execute_command("DEBUG", "RELOAD", "NOSAVE"))
+    time.sleep(0.5)
+    clients = []
+    for _ in range(20):  # raw sockets: a reply held until the reload's end is seen as one
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.settimeout(1.5)
+        c.sendall(b"PING\r\n")
+        clients.append(c)
+    for c in clients:
+        assert c.recv(100).startswith(b"-LOADING")
+    assert t.is_alive(), "the reload ended before the clients were answered: the test proves nothing"
+    t.join(30)
+    assert out.get("r") in (b"OK", "OK", True), out
+    r.config_set("key-load-delay", 0)
+    assert r.dbsize() == 3000
+    wait_until(lambda: r.info("mangosteen")["mango_objects_being_released"] == 0, what="the emptied databases released")
+    assert r.set("after", "1")
+    s.restart("kill")  # the 20 clients still connected
+    for c in clients:
+        c.close()
+    r = s.client()
+    assert r.dbsize() == 3001
+    grown = r.info("mangosteen")["mango_heap_allocated_bytes"] - base
+    assert grown < 64 << 10, f"the durable heap grew by {grown} bytes"
+
+
+def test_debug_reload_keeps_the_files_function_libraries(server_factory):
+    """DEBUG RELOAD empties the function libraries with the databases and
+    loads the file's. The pool's copy of the libraries' source was not
+    updated, so a restart brought back the libraries of before the reload
+    (here lib2 instead of lib1), and the file's libraries were loaded in the
+    durable heap. Now the reload saves the sources at its end (session 36),
+    and they come back after a kill."""
+    s = server_factory("emulated")
+    r = s.client()
+    lib = "#!lua name={0}\nredis.register_function('{0}f', function(keys, args) return '{0}' end)"
+    r.function_load(lib.format("lib1"))
+    assert r.set("k", "v") and r.save()
+    r.function_delete("lib1")
+    r.function_load(lib.format("lib2"))
+    assert r.execute_command("DEBUG", "RELOAD", "NOSAVE") in (b"OK", "OK", True)
+    assert libraries(r) == [b"lib1"]
+    assert r.info("mangosteen")["mango_function_libraries_saved"] == 1
+    s.restart("kill")
+    r = s.client()
+    assert libraries(r) == [b"lib1"]
+    assert r.fcall("lib1f", 0) in (b"lib1", "lib1") and r.get("k") == b"v"
+
+
 def test_scripts_and_reload_larger_than_a_batch_are_durable(server_factory):
     """A script runs in one batch, and so does DEBUG RELOAD (the whole
     dataset freed and loaded again). With an 8 MiB log, an EVAL of 100 000
