@@ -1871,6 +1871,48 @@ def test_a_full_sync_sends_only_durable_writes(server_factory):
             assert m >= v, f"round {round_no}: the replica had {k}={v} from its full sync, the recovered master {m}"
 
 
+def test_no_full_sync_forks_inside_a_busy_script(server_factory):
+    """A replica waiting for a full sync while another one's is under way is
+    served when that fork ends, which the loop may notice inside a busy
+    script: the first replica's REPLCONF ACK, served between the script's
+    calls, reaps the child and starts the pending fork. That fork's RDB file
+    would hold the first half of the script, which is not durable, and the
+    script's stream, propagated at its end, would then be applied on top of
+    it (the INCR twice). The fork now waits for the script's end (session
+    35's one-line guard in replicationStartPendingFork; this test since
+    session 36). The first replica's RDB child is slowed by
+    rdb-key-save-delay, so it ends while the script runs."""
+    s = server_factory("emulated")
+    r = s.client()
+    r.config_set("repl-diskless-sync-delay", 0)
+    r.config_set("busy-reply-threshold", 100)
+    for i in range(20):
+        assert r.set(f"k{i}", i)
+    r.config_set("rdb-key-save-delay", 100000)  # µs a key: the first full sync's child takes ~2 s
+    first = StockReplica(s.dir, s.port)
+    second = None
+    try:
+        wait_until(lambda: r.info("persistence")["rdb_bgsave_in_progress"] == 1, what="the first full sync's fork")
+        second = StockReplica(s.dir, s.port)  # waits for the first fork's end
+        script = ("redis.call('INCR', 'x') "
+                  "local t0 = tonumber(redis.call('TIME')[1]) "
+                  "while tonumber(redis.call('TIME')[1]) - t0 < 5 do end return 1")
+        t, out = blocked_call(s, lambda c: c.eval(script, 0))
+        t.join(30)
+        assert out.get("r") == 1
+        r.config_set("rdb-key-save-delay", 0)
+        for rep in (first, second):
+            rep.caught_up(r)
+            assert rep.r.get("x") == b"1"
+            same_digests(r, rep)
+        syncs = r.info("stats")["sync_full"]
+        assert syncs == 2, syncs
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+
+
 def test_kill_loop_a_replica_never_runs_ahead_of_its_masters_pool(server_factory):
     """Kill -9 loop, sim mode (a kill drops whatever is not synced, like a
     power failure; every sync delayed 2 ms so kills land while batches are in
