@@ -7,7 +7,8 @@
  *     about the heap's size, in several pieces;
  *   - atomicity: killed after bulk_begin's commit, or after piece 1, 2 or
  *     the last but one, a restart finds the state of before the bulk,
- *     exactly, with a heap that passes its check;
+ *     exactly, with a heap that passes its check, also when frees were
+ *     queued as the bulk began (free_spares_paused);
  *   - that state's allocator is not fooled by the pieces: a large calloc
  *     carved where the pieces wrote (above the old top) is zero, in memory
  *     and after another restart (the first piece raises the durable root's
@@ -54,8 +55,11 @@ typedef struct node {
     unsigned char bytes[]; /* len bytes of pattern(i) */
 } node;
 
+#define SPARE 64         /* small objects made before, freed just before the bulk */
+
 typedef struct state {
     uint64_t phase;      /* 1: before list made; 2: loaded */
+    void *spare[SPARE];  /* 40 bytes each (a slab class); dropped by the load */
     node *before;        /* BEFORE_NODES nodes */
     node *load;          /* the load's list (after the frees) */
     uint64_t load_count, load_sum;
@@ -118,9 +122,42 @@ static int make_before(void)
         head = n;
     }
     st->before = head;
+    for (int i = 0; i < SPARE; i++) {
+        st->spare[i] = malloc(40);
+        if (!st->spare[i])
+            return 1;
+        memset(st->spare[i], 0x11, 40);
+        mango_capture(st->spare[i], 40);
+    }
     st->phase = 1;
     mango_capture(st, sizeof *st);
     return mango_batch_end() == MANGO_OK ? 0 : 1;
+}
+
+/* Frees queued when the bulk begins: the spare objects, dropped by a batch
+ * of their own, then freed while the load's batch is paused (queued, as
+ * frees of durable objects from outside a write section are), so
+ * bulk_begin's new batch drains them. The root the first piece carries must
+ * be the durable one, without those frees: until session 36 it carried them,
+ * and a kill after piece 1 recovered slab free lists naming objects the pool
+ * still had in use (found by a review). */
+static int free_spares_paused(void)
+{
+    void *spare[SPARE];
+    int n = 0;
+    if (mango_batch_begin() != MANGO_OK)
+        return 1;
+    for (int i = 0; i < SPARE; i++)
+        if (st->spare[i]) {
+            spare[n++] = st->spare[i];
+            st->spare[i] = NULL;
+            mango_capture(&st->spare[i], sizeof st->spare[i]);
+        }
+    if (mango_batch_end() != MANGO_OK || mango_batch_begin() != MANGO_OK || mango_batch_pause() != MANGO_OK)
+        return 1;
+    for (int i = 0; i < n; i++)
+        free(spare[i]);
+    return mango_batch_resume() == MANGO_OK ? 0 : 1;
 }
 
 /* The progress hook (mango_set_bulk_progress): pauses and resumes the batch,
@@ -147,7 +184,7 @@ static void on_progress(void *arg, uint64_t done, uint64_t total)
  * submit ends the bulk). */
 static int make_load(bool submit)
 {
-    if (mango_batch_begin() != MANGO_OK)
+    if (free_spares_paused() != 0) /* opens the load's batch */
         return 1;
     if (mango_batch_bulk_begin() != MANGO_OK)
         return 1;
