@@ -257,7 +257,7 @@ static const log_frame *frame_at(const char *ring, uint64_t cap, uint64_t pos, u
         return NULL;
     }
     if (f->version != LOG_FRAME_VERSION || f->lsn != pos || f->generation != gen || f->seq != seq ||
-        f->frame_bytes < sizeof(log_frame) || f->frame_bytes % 64 || off + f->frame_bytes > cap ||
+        f->frame_bytes < sizeof(log_frame) || f->frame_bytes % 64 || f->frame_bytes > cap - off ||
         (f->kind != LOG_FRAME_BATCH && f->kind != LOG_FRAME_PAD) ||
         sizeof(log_frame) + (uint64_t)f->n_entries * sizeof(log_entry) > f->frame_bytes) {
         snprintf(why, whylen, "stale or foreign frame (lsn %llu seq %llu gen %llu)",

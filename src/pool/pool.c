@@ -472,6 +472,12 @@ fail:
 }
 
 /* Validate the bytes of a mapped pool; fills p's copies. Writes nothing. */
+/* [at, at + len) lies inside a file of size bytes (no overflow). */
+static bool span_fits(uint64_t at, uint64_t len, uint64_t size)
+{
+    return at <= size && len <= size - at;
+}
+
 static int validate(pool *p, const char *path, size_t file_size)
 {
     if (file_size < POOL_REGIONS_OFFSET + PAGE)
@@ -496,16 +502,43 @@ static int validate(pool *p, const char *path, size_t file_size)
     const pool_region *regs = (const pool_region *)(p->base + POOL_REGIONS_OFFSET);
     if (crc32c(0, regs, sizeof(pool_region) * h->region_count) != h->region_table_crc)
         return mango_error(MANGO_EBADPOOL, "%s: region table checksum mismatch", path);
-    if (h->log_offset % PAGE || h->log_size % 4096 || h->log_offset + h->log_size > file_size)
-        return mango_error(MANGO_EBADPOOL, "%s: log outside the pool", path);
+    /* The checksums only say the fields are as written: a field no build
+     * writes (a crafted or a buggy pool) must still give an error, not a
+     * division by zero or a mapping over the metadata. */
+    if (h->log_offset % PAGE || h->log_size % 4096 || h->log_size < 64 * 1024 ||
+        !span_fits(h->log_offset, h->log_size, file_size))
+        return mango_error(MANGO_EBADPOOL, "%s: log outside the pool (offset %llu, %llu bytes)", path,
+                           (unsigned long long)h->log_offset, (unsigned long long)h->log_size);
+    uint64_t span_at[1 + 2 * POOL_MAX_REGIONS], span_len[1 + 2 * POOL_MAX_REGIONS];
+    unsigned spans = 0, heaps = 0;
+    span_at[spans] = h->log_offset;
+    span_len[spans++] = h->log_size;
     for (unsigned i = 0; i < h->region_count; i++) {
         const pool_region *r = &regs[i];
-        uint64_t end = r->mirror_offset + r->size;
-        if ((r->kind != POOL_REGION_HEAP && r->kind != POOL_REGION_DATA) || end > file_size ||
-            end < r->mirror_offset || r->vaddr % 32 || r->size % 32 ||
-            (r->kind == POOL_REGION_DATA && r->bitmap_offset + (r->size + 7) / 8 > file_size))
+        bool heap = r->kind == POOL_REGION_HEAP;
+        uint64_t bitmap_bytes = (r->size >> 3) + ((r->size & 7) != 0);
+        if ((!heap && r->kind != POOL_REGION_DATA) || r->size == 0 || !span_fits(r->mirror_offset, r->size, file_size) ||
+            r->vaddr % 32 || r->size % 32 || r->vaddr + r->size < r->vaddr ||
+            (!heap && !span_fits(r->bitmap_offset, bitmap_bytes, file_size)) ||
+            (heap && (r->vaddr != h->heap_base || r->size != h->heap_capacity)))
             return mango_error(MANGO_EBADPOOL, "%s: region %u is malformed", path, i);
+        heaps += heap;
+        span_at[spans] = r->mirror_offset;
+        span_len[spans++] = r->size;
+        if (!heap) {
+            span_at[spans] = r->bitmap_offset;
+            span_len[spans++] = bitmap_bytes;
+        }
         p->regions[i] = *r;
+    }
+    if (heaps != 1)
+        return mango_error(MANGO_EBADPOOL, "%s: %u heap regions (one expected)", path, heaps);
+    for (unsigned i = 0; i < spans; i++) {
+        if (span_at[i] < POOL_REGIONS_OFFSET + PAGE)
+            return mango_error(MANGO_EBADPOOL, "%s: the log or a region overlaps the pool's header", path);
+        for (unsigned j = i + 1; j < spans; j++)
+            if (span_at[i] < span_at[j] + span_len[j] && span_at[j] < span_at[i] + span_len[i])
+                return mango_error(MANGO_EBADPOOL, "%s: the log and the regions overlap", path);
     }
     p->nregions = h->region_count;
     const pool_head_slot *s = (const pool_head_slot *)(p->base + POOL_HEAD_OFFSET);

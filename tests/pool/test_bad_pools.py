@@ -402,6 +402,67 @@ def test_region_table_malformed_with_valid_crc(workdir):
     assert_refused(p, "region 0 is malformed")
 
 
+def rewrite_region_table(path, n):
+    table = read_at(path, REGIONS_OFFSET, n * REGION_SIZE)
+    write_at(path, HDR_REGION_TABLE_CRC, struct.pack("<I", crc32c(table)))
+    fix_header_crc(path)
+
+
+def region_field(i, name):
+    """Offset of a pool_region field (kind u32, reserved u32, vaddr, size,
+    mirror_offset, bitmap_offset, reserved2: u64)."""
+    return REGIONS_OFFSET + i * REGION_SIZE + {"vaddr": 8, "size": 16, "mirror_offset": 24,
+                                                "bitmap_offset": 32}[name]
+
+
+@pytest.mark.parametrize("case", ["log-size-0", "log-past-the-end", "log-over-the-header",
+                                  "region-over-the-log", "bitmap-overflows", "heap-elsewhere",
+                                  "two-heaps"])
+def test_header_fields_no_build_writes(workdir, case):
+    """Fields whose checksums match but whose values no build writes (a
+    crafted pool, or a bug) are refused with a message, never used: a log of
+    0 bytes had passed and recovery then divided by it (SIGFPE), a bitmap
+    offset near 2^64 wrapped the bounds check, and a heap region elsewhere
+    than the header's heap address, or regions overlapping the log or the
+    header, were mapped as they said (found by a review, session 36)."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    n = info["header"]["region_count"]
+    kinds = [struct.unpack("<I", read_at(p, REGIONS_OFFSET + i * REGION_SIZE, 4))[0] for i in range(n)]
+    heap = kinds.index(1)
+    data = kinds.index(2)
+    log_offset = struct.unpack("<Q", read_at(p, HDR_LOG_OFFSET, 8))[0]
+    if case == "log-size-0":
+        write_at(p, HDR_LOG_SIZE, struct.pack("<Q", 0))
+        fix_header_crc(p)
+        assert_refused(p, "log outside the pool")
+    elif case == "log-past-the-end":
+        write_at(p, HDR_LOG_SIZE, struct.pack("<Q", (1 << 64) - 4096))  # offset + size wraps
+        fix_header_crc(p)
+        assert_refused(p, "log outside the pool")
+    elif case == "log-over-the-header":
+        write_at(p, HDR_LOG_OFFSET, struct.pack("<Q", 4096))
+        fix_header_crc(p)
+        assert_refused(p, "overlaps the pool's header")
+    elif case == "region-over-the-log":
+        write_at(p, region_field(data, "mirror_offset"), struct.pack("<Q", log_offset))
+        rewrite_region_table(p, n)
+        assert_refused(p, "the log and the regions overlap")
+    elif case == "bitmap-overflows":
+        write_at(p, region_field(data, "bitmap_offset"), struct.pack("<Q", (1 << 64) - 64))
+        rewrite_region_table(p, n)
+        assert_refused(p, f"region {data} is malformed")
+    elif case == "heap-elsewhere":
+        vaddr = struct.unpack("<Q", read_at(p, region_field(heap, "vaddr"), 8))[0]
+        write_at(p, region_field(heap, "vaddr"), struct.pack("<Q", vaddr + (1 << 20)))
+        rewrite_region_table(p, n)
+        assert_refused(p, f"region {heap} is malformed")
+    else:  # a data region marked as a second heap
+        write_at(p, REGIONS_OFFSET + data * REGION_SIZE, struct.pack("<I", 1))
+        rewrite_region_table(p, n)
+        assert_refused(p, "is malformed")
+
+
 # ---- in use ----
 def test_in_use_flock(workdir):
     """Another process holding the pool's exclusive lock: both refuse with 'in
