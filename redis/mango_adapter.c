@@ -100,6 +100,8 @@ static __thread client *calling[CALL_DEPTH_TRACKED]; /* calling[d]: the client o
 /* The outermost command may write from inside (EXEC of writes, a script):
  * messages its inner commands send other clients wait for its batch. */
 static __thread int outer_may_write;
+/* DEBUG RELOAD runs: what it empties is freed at once (mango_release.c). */
+static __thread int freeing_at_once;
 static __thread uint64_t cmd_dep;     /* the outermost command's dependencies so far */
 static uint64_t global_ticket;
 #define KEY_SLOTS (1u << 14) /* 128 KiB; with ~40 writes in flight a read
@@ -900,7 +902,12 @@ void mangoNoteReply(client *c)
      * nothing can hold this reply, nor the client's earlier output. Ticket 0
      * says so (the field is not initialised by createClient: always set it).
      * Called once per addReply*: an HGETALL of 10 fields calls it 21 times. */
-    if ((!pipelined && !mango_batch_open()) || (import_serving && write_depth == 0)) {
+    /* A message an inner command of a transaction or script that may write
+     * sends another client (open_batch_ticket). Also with inline commits: a
+     * script that publishes, then yields past busy-reply-threshold, had its
+     * message written out while it ran (found by a review, session 36). */
+    int inner_message = outer_may_write && call_depth >= 2 && c != calling[0];
+    if (!inner_message && ((!pipelined && !mango_batch_open()) || (import_serving && write_depth == 0))) {
         c->mango_ticket = 0;
         noted_client = c;
         noted_epoch = note_epoch;
@@ -924,7 +931,7 @@ void mangoNoteReply(client *c)
          * of its batch; a command that runs (INFO's key counts, an EXEC
          * aborted by a WATCHed key the reload emptied) may report it. */
         t = current_command_running() ? mango_reply_ticket() : ticket_before_open_batch();
-    else if (outer_may_write && call_depth >= 2 && c != calling[0])
+    else if (inner_message)
         t = open_batch_ticket();
     else if (write_depth > 0 || call_depth == 0 || !pipelined)
         t = mango_reply_ticket(); /* the open batch, or everything submitted */
@@ -1367,6 +1374,14 @@ static int changes_keyspace(const struct redisCommand *cmd)
     return (cmd->flags & CMD_WRITE) != 0 || cmd->proc == debugCommand;
 }
 
+static int is_debug_reload(const client *c)
+{
+    return c->cmd->proc == debugCommand && c->argc >= 2 && sdsEncodedObject(c->argv[1]) &&
+           !strcasecmp(c->argv[1]->ptr, "reload");
+}
+
+int mangoFreeingAtOnce(void) { return freeing_at_once > 0; }
+
 int mangoCallBegin(client *c)
 {
     int write = changes_keyspace(c->cmd);
@@ -1380,6 +1395,7 @@ int mangoCallBegin(client *c)
         outer_may_write = write || (c->cmd->flags & CMD_MAY_REPLICATE) ||
                           (c->cmd->proc == execCommand && (c->mstate.cmd_flags & (CMD_WRITE | CMD_MAY_REPLICATE)));
     }
+    if (is_debug_reload(c)) freeing_at_once++;
     if (write) {
         /* Decided before the write section opens: its record is not logged. */
         int keep = keep_transient_argv(c);
@@ -1420,10 +1436,10 @@ void mangoCallEnd(client *c, int write)
     if (write && mangoFunctionsWrite(c->cmd)) {
         mango_batch_resume();
         mangoFunctionsSave();
-    } else if (write && c->cmd->proc == debugCommand && c->argc >= 2 && sdsEncodedObject(c->argv[1]) &&
-               !strcasecmp(c->argv[1]->ptr, "reload")) {
+    } else if (write && is_debug_reload(c)) {
         mangoFunctionsSave(); /* the file's libraries replaced the engine's */
     }
+    if (is_debug_reload(c)) freeing_at_once--;
     if (write) mangoWriteEnd();
     note_epoch++;
     if (--call_depth == 0) {

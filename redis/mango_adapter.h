@@ -182,6 +182,8 @@ int mangoFreeAsync(struct redisObject *o);
 int mangoReleaseStep(void);
 /* Objects and databases waiting on the graveyard (walks it). */
 unsigned long mangoGravesPending(void);
+/* DEBUG RELOAD runs: what it empties is freed at once, not in steps. */
+int mangoFreeingAtOnce(void);
 
 /* server.c genRedisInfoString(): append the "# Mangosteen" section of INFO
  * (an sds; a blank line first if sections came before). */
