@@ -417,7 +417,8 @@ int mango_scratch(const void *addr, size_t len);
  * memory (which recovery from the pool would not see) is in it.
  *
  * Errors: MANGO_EEXIST if path exists (nothing is ever replaced);
- * MANGO_EINVAL before mango_init, without a durable mode, inside a batch
+ * MANGO_EINVAL if path names one of the pool's own files (below), before
+ * mango_init, without a durable mode, inside a batch
  * or read-write command (call it outside any: it waits for the write side
  * as a read-write command does; never from a read-only command), or in a
  * fork() child; MANGO_EIO/MANGO_ENOMEM if the writer cannot be started or
@@ -464,6 +465,12 @@ int mango_snapshot(const char *path, mango_snapshot_info *info);
  * of the application may reap it, which the result does not depend on. */
 typedef struct mango_snapshot_job mango_snapshot_job;
 int mango_snapshot_start(const char *path, mango_snapshot_job **job);
+/* The path checks mango_snapshot_start makes first, for a caller that
+ * answers before it starts: MANGO_EEXIST if path exists, MANGO_EINVAL if
+ * it is a name the pool gives its own files (<pool>.bigbatch, which a clean
+ * shutdown and recovery remove and big batches write, or <pool>.tmp.*,
+ * which a pool creation removes) or there is no pool; else MANGO_OK. */
+int mango_snapshot_check_path(const char *path);
 int mango_snapshot_poll(mango_snapshot_job *job, bool wait, mango_snapshot_info *info);
 void mango_snapshot_cancel(mango_snapshot_job *job);
 /* (The writer stops by itself once the process that started it is gone.

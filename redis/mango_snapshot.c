@@ -56,6 +56,10 @@ void mangoSnapshotCommand(client *c)
         addReplyErrorFormat(c, "%s exists: a pool snapshot never replaces a file", path);
         return;
     }
+    if (mango_snapshot_check_path(path) != MANGO_OK) { /* one of the pool's own names */
+        addReplyErrorFormat(c, "%s", mango_last_error());
+        return;
+    }
     /* Its folder, now, rather than from the writer later (INFO, the log). */
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", path);

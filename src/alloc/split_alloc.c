@@ -128,6 +128,11 @@ static void defer_free(void *p)
     pthread_mutex_unlock(&defer_lock);
 }
 
+bool split_alloc_deferred_pending(void)
+{
+    return __atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) != 0;
+}
+
 void split_alloc_drain_deferred(void)
 {
     if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0 || !dheap_attached())

@@ -22,5 +22,7 @@ void split_alloc_link_anchor(void);
 /* Free the durable objects queued by free() calls made outside read-write
  * commands. Called by the combiner while capturing. */
 void split_alloc_drain_deferred(void);
+/* Are frees queued (for the next combiner)? */
+bool split_alloc_deferred_pending(void);
 
 #endif

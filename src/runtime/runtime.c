@@ -907,7 +907,19 @@ static double now_s(void) { return (double)now_ns() / 1e9; }
 static void snapshot_locked(void *arg)
 {
     mango_snapshot_job *j = arg;
-    int rc = drain_pipeline();
+    int rc = MANGO_OK;
+    /* Frees queued for the next batch (made outside read-write commands):
+     * the fork's image would hold those objects allocated, and nothing
+     * reaches them, so a server started on the snapshot kept them forever
+     * (found by a review, session 36: 564 allocations of 200 SETs with EX).
+     * A batch of their own frees them first. */
+    if (split_alloc_deferred_pending()) {
+        rc = batch_begin(NULL, 0);
+        if (rc == MANGO_OK)
+            rc = batch_end_commit(NULL, NULL);
+    }
+    if (rc == MANGO_OK)
+        rc = drain_pipeline();
     uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
         rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, j->shares_disk, &j->job);
@@ -920,6 +932,47 @@ static void snapshot_locked(void *arg)
     }
     j->held_until = now_s();
     j->rc = rc;
+}
+
+/* Is path one of the names the live pool gives its own files: its
+ * big-batch file (removed by a clean shutdown and by recovery, and written
+ * by the next big batch) or a creation's temporary file (removed as
+ * abandoned)? A snapshot named so was reported done, then destroyed (found
+ * by a review, session 36). */
+static bool names_a_file_of_the_pool(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[PATH_MAX];
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    const char *base = slash ? slash + 1 : path;
+    char *absdir = realpath(dir, NULL);
+    if (!absdir)
+        return false; /* no such folder: the writer reports it */
+    char full[2 * PATH_MAX];
+    snprintf(full, sizeof full, "%s/%s", strcmp(absdir, "/") == 0 ? "" : absdir, base);
+    free(absdir);
+    const char *big = rt.pool.big_batch_path; /* "<absolute pool path>.bigbatch" */
+    size_t n = strlen(big) - strlen(".bigbatch");
+    return strcmp(full, big) == 0 || (strncmp(full, big, n) == 0 && strncmp(full + n, ".tmp.", 5) == 0);
+}
+
+int mango_snapshot_check_path(const char *path)
+{
+    if (!rt.up || !rt.durable)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: there is no pool");
+    if (!path || !*path)
+        return mango_error(MANGO_EINVAL, "mango_snapshot: no path");
+    if (access(path, F_OK) == 0)
+        return mango_error(MANGO_EEXIST, "mango_snapshot: %s exists: a snapshot never replaces a file", path);
+    if (names_a_file_of_the_pool(path))
+        return mango_error(MANGO_EINVAL, "mango_snapshot: %s is a name the pool uses for its own files "
+                           "(<pool>.bigbatch, <pool>.tmp.*), which it removes or overwrites", path);
+    return MANGO_OK;
 }
 
 int mango_snapshot_start(const char *path, mango_snapshot_job **out)
@@ -941,8 +994,9 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
     int f = atomic_load(&rt.failed);
     if (f)
         return mango_error_stopped();
-    if (access(path, F_OK) == 0)
-        return mango_error(MANGO_EEXIST, "mango_snapshot: %s exists: a snapshot never replaces a file", path);
+    int prc = mango_snapshot_check_path(path);
+    if (prc != MANGO_OK)
+        return prc;
     mango_snapshot_job *j = calloc(1, sizeof *j);
     if (!j)
         return mango_error(MANGO_ENOMEM, "mango_snapshot: no memory for the job");
