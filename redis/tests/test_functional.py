@@ -2823,6 +2823,20 @@ def test_debug_reload_refuses_queued_writes_and_holds_what_reports_it(server_fac
     loading.close()
 
 
+def fill_heap_with_strings(r, share):
+    """SETs of 1 KB values (k0, k1, ...) until the durable heap is `share`
+    full; returns how many."""
+    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
+    n = 0
+    while r.info("mangosteen")["mango_heap_allocated_bytes"] < cap * share:
+        p = r.pipeline(transaction=False)
+        for _ in range(500):
+            p.set(f"k{n}", "x" * 1000)
+            n += 1
+        p.execute()
+    return n
+
+
 def test_debug_reload_of_a_pool_more_than_half_full(server_factory):
     """DEBUG RELOAD empties the databases and loads the file in one batch.
     The old dataset went to the graveyard, released only after the load, so
@@ -2834,14 +2848,7 @@ def test_debug_reload_of_a_pool_more_than_half_full(server_factory):
     kill."""
     s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
     r = s.client()
-    cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
-    n = 0
-    while r.info("mangosteen")["mango_heap_allocated_bytes"] < cap * 0.6:
-        p = r.pipeline(transaction=False)
-        for _ in range(500):
-            p.set(f"k{n}", "x" * 1000)
-            n += 1
-        p.execute()
+    n = fill_heap_with_strings(r, 0.6)
     digest = r.execute_command("DEBUG", "DIGEST")
     assert r.execute_command("DEBUG", "RELOAD") in (b"OK", "OK", True)
     assert r.dbsize() == n and r.info("mangosteen")["mango_objects_being_released"] == 0
@@ -3017,13 +3024,7 @@ def test_a_full_pool_right_after_a_flush_says_it_is_releasing(server_factory):
                                         "MANGO_REDIS_TEST_RELEASE_PER_PASS": "2000"})
     r = s.client()
     cap = r.info("mangosteen")["mango_heap_capacity_bytes"]
-    n = 0
-    while r.info("mangosteen")["mango_heap_allocated_bytes"] < cap * 0.7:
-        p = r.pipeline(transaction=False)
-        for _ in range(1000):
-            p.set(f"k{n}", "x" * 1000)
-            n += 1
-        p.execute()
+    fill_heap_with_strings(r, 0.7)
     p = r.pipeline(transaction=False)
     p.flushall()
     p.set("big", b"B" * (cap // 4))
