@@ -17,7 +17,7 @@
  * How the real functions are found (no recursion, no malloc):
  *   - where glibc exports a second name for the same code that we do NOT
  *     define (__mempcpy, __stpcpy, __stpncpy, __bzero, __strdup, __strndup,
- *     __read, __pread64, __getdelim, __vsnprintf, __strerror_r, __strtok_r),
+ *     __read, __pread64, __vsnprintf, __strerror_r, __strtok_r),
  *     we call that name directly: an ordinary PLT call, resolved by the
  *     dynamic linker, with no window where it is unknown;
  *   - everything else (memcpy, memmove, memset, the _chk variants, ...) has
@@ -47,6 +47,7 @@
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -65,6 +66,7 @@
 #include <unistd.h>
 #include <wchar.h>
 
+#include "alloc/split_alloc.h"
 #include "capture/capture.h"
 #include "mango.h"
 
@@ -104,7 +106,6 @@ extern char *__strdup(const char *s);
 extern char *__strndup(const char *s, size_t n);
 extern ssize_t __read(int fd, void *buf, size_t n);
 extern ssize_t __pread64(int fd, void *buf, size_t n, off64_t off);
-extern ssize_t __getdelim(char **lp, size_t *n, int delim, FILE *fp);
 extern int __vsnprintf(char *s, size_t n, const char *fmt, va_list ap);
 extern char *__strerror_r(int err, char *buf, size_t n);
 extern char *__strtok_r(char *s, const char *delim, char **save);
@@ -235,6 +236,8 @@ DECLARE_REAL(recv);
 DECLARE_REAL(recvfrom);
 DECLARE_REAL(recvmsg);
 DECLARE_REAL(recvmmsg);
+DECLARE_REAL(getdelim);
+DECLARE_REAL(pthread_once);
 DECLARE_REAL(fread);
 DECLARE_REAL(fread_unlocked);
 DECLARE_REAL(fgets);
@@ -295,7 +298,7 @@ __attribute__((constructor)) static void libc_interpose_init(void)
     R(vsprintf);
     R(readv); R(preadv); R(preadv64); R(preadv2); R(preadv64v2);
     R(recv); R(recvfrom); R(recvmsg); R(recvmmsg);
-    R(fread); R(fread_unlocked); R(fgets); R(fgets_unlocked);
+    R(fread); R(fread_unlocked); R(fgets); R(fgets_unlocked); R(getdelim); R(pthread_once);
     R(qsort); R(qsort_r); R(realpath); R(getcwd); R(strtok); R(strsep);
     R(gmtime_r); R(localtime_r); R(clock_gettime); R(gettimeofday); R(time);
     R(__xpg_strerror_r);
@@ -894,6 +897,8 @@ int recvmmsg(int fd, struct mmsghdr *v, unsigned int vlen, int flags, struct tim
     for (unsigned i = 0; i < nr; i++)
         room[i] = v[i].msg_hdr.msg_namelen;
     int r = REAL(recvmmsg)(fd, v, vlen, flags, timeout);
+    if (unlikely(mango_capture_active) && timeout)
+        mango_capture(timeout, sizeof *timeout); /* the kernel writes the time left back */
     if (unlikely(mango_capture_active) && r > 0) {
         for (unsigned i = 0; i < (unsigned)r; i++) {
             mango_capture(&v[i], sizeof v[i]);
@@ -949,9 +954,9 @@ char *fgets_unlocked(char *restrict s, int n, FILE *restrict fp)
 /* The buffer may be (re)allocated: that goes through the split allocator
  * (durable inside a read-write command); the pointer and size variables are
  * written too. */
-ssize_t getdelim(char **restrict lp, size_t *restrict n, int delim, FILE *restrict fp)
+static ssize_t getdelim_captured(char **restrict lp, size_t *restrict n, int delim, FILE *restrict fp)
 {
-    ssize_t r = __getdelim(lp, n, delim, fp);
+    ssize_t r = REAL(getdelim)(lp, n, delim, fp);
     if (unlikely(mango_capture_active)) {
         mango_capture(lp, sizeof *lp);
         mango_capture(n, sizeof *n);
@@ -963,22 +968,57 @@ ssize_t getdelim(char **restrict lp, size_t *restrict n, int delim, FILE *restri
     return r;
 }
 
+ssize_t getdelim(char **restrict lp, size_t *restrict n, int delim, FILE *restrict fp)
+{
+    return getdelim_captured(lp, n, delim, fp);
+}
+
+/* With optimisation on, <bits/stdio.h> defines getline() inline as a call
+ * of __getdelim, which the program then calls directly: at -O1 and above a
+ * getline() into durable memory was not captured (found by a review,
+ * session 36). */
+ssize_t __getdelim(char **restrict lp, size_t *restrict n, int delim, FILE *restrict fp)
+{
+    return getdelim_captured(lp, n, delim, fp);
+}
+
 ssize_t getline(char **restrict lp, size_t *restrict n, FILE *restrict fp)
 {
-    return getdelim(lp, n, '\n', fp);
+    return getdelim_captured(lp, n, '\n', fp);
+}
+
+/* ---- pthread_once: the once flag, set by glibc ----------------------------- */
+
+int pthread_once(pthread_once_t *once, void (*init)(void))
+{
+    int r = REAL(pthread_once)(once, init);
+    if (unlikely(mango_capture_active))
+        mango_capture(once, sizeof *once);
+    return r;
 }
 
 /* ---- qsort: glibc's swaps are internal; capture the array afterwards ---- */
 
+/* glibc sorts 1 KiB or more through a malloc'd buffer, which inside a
+ * read-write command came from the durable heap: written uncaptured and
+ * freed (the capture verifier counted 500 missed blocks for 16 000 bytes;
+ * found by a review, session 36). It is the sort's own scratch: allocated
+ * from glibc here, as outside a command. */
 void qsort(void *base, size_t n, size_t size, __compar_fn_t cmp)
 {
+    bool durable = split_alloc_rw_thread;
+    split_alloc_rw_thread = false;
     REAL(qsort)(base, n, size, cmp);
+    split_alloc_rw_thread = durable;
     CAPTURE(base, n * size);
 }
 
 void qsort_r(void *base, size_t n, size_t size, __compar_d_fn_t cmp, void *arg)
 {
+    bool durable = split_alloc_rw_thread;
+    split_alloc_rw_thread = false;
     REAL(qsort_r)(base, n, size, cmp, arg);
+    split_alloc_rw_thread = durable;
     CAPTURE(base, n * size);
 }
 

@@ -70,6 +70,8 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/ADT/SmallVector.h"
+#include "llvm/ADT/StringSet.h"
+#include "llvm/TargetParser/Triple.h"
 #include "llvm/Analysis/ValueTracking.h"
 #include "llvm/IR/Constants.h"
 #include "llvm/IR/DataLayout.h"
@@ -81,6 +83,7 @@
 #include "llvm/IR/InstIterator.h"
 #include "llvm/IR/Instructions.h"
 #include "llvm/IR/IntrinsicInst.h"
+#include "llvm/IR/IntrinsicsX86.h"
 #include "llvm/IR/MDBuilder.h"
 #include "llvm/IR/Module.h"
 #include "llvm/IR/PassManager.h"
@@ -145,6 +148,8 @@ public:
 
 private:
   const DataLayout *DL = nullptr;
+  uint64_t VaListBytes = 0;       // sizeof(va_list) on the target; 0: unknown
+  StringSet<> Warned;             // intrinsics already warned about
   GlobalVariable *Flag = nullptr;
   FunctionCallee Capture;
   Function *Fast = nullptr;           // mango_capture_try_fast, if defined
@@ -158,6 +163,7 @@ private:
   bool isDurableCandidate(Value *Ptr);
   bool classify(Instruction &I, Site &Out);
   bool mayChangeFlag(Instruction &I);
+  void warnUncaptured(IntrinsicInst &II);
   bool instrumentFunction(Function &F);
   void emitSegment(ArrayRef<Site> Seg);
   void stripAttributes(Module &M);
@@ -326,13 +332,62 @@ bool MangoCapturePass::classify(Instruction &I, Site &Out) {
       ++S.Masked;
       break;
     }
+    // x86 masked stores written with intrinsics (_mm_maskmoveu_si128,
+    // _mm256_maskstore_*): the generic llvm.masked.* forms above come from
+    // the vectoriser, these from the source (found by a review, session 36).
+    case Intrinsic::x86_sse2_maskmov_dqu: // (val, mask, ptr): 16 bytes
+      if (!isDurableCandidate(II->getArgOperand(2)))
+        return false;
+      addTyped(II->getArgOperand(2), II->getArgOperand(0)->getType());
+      ++S.Masked;
+      break;
+    case Intrinsic::x86_avx_maskstore_pd:
+    case Intrinsic::x86_avx_maskstore_pd_256:
+    case Intrinsic::x86_avx_maskstore_ps:
+    case Intrinsic::x86_avx_maskstore_ps_256:
+    case Intrinsic::x86_avx2_maskstore_d:
+    case Intrinsic::x86_avx2_maskstore_d_256:
+    case Intrinsic::x86_avx2_maskstore_q:
+    case Intrinsic::x86_avx2_maskstore_q_256: // (ptr, mask, val)
+      if (!isDurableCandidate(II->getArgOperand(0)))
+        return false;
+      addTyped(II->getArgOperand(0), II->getArgOperand(2)->getType());
+      ++S.Masked;
+      break;
+    case Intrinsic::vastart: // (va_list *): va_start into durable memory
+    case Intrinsic::vacopy:  // (va_list *dst, va_list *src)
+      if (!VaListBytes || !isDurableCandidate(II->getArgOperand(0)))
+        return false;
+      Out.Ranges.push_back({II->getArgOperand(0), nullptr, VaListBytes, -1});
+      break;
     default:
+      warnUncaptured(*II);
       return false;
     }
   } else {
     return false;
   }
   return !Out.Ranges.empty();
+}
+
+// A target intrinsic that writes through a pointer the plugin cannot size
+// (x86 scatters, fxsave/xsave, stmxcsr, movdir64b, ...): say so, once per
+// intrinsic and module, when the pointer may be durable. Its stores are not
+// captured (docs/capture.md).
+void MangoCapturePass::warnUncaptured(IntrinsicInst &II) {
+  Function *Callee = II.getCalledFunction();
+  if (!Callee || !II.mayWriteToMemory() || !Callee->getName().startswith("llvm.x86."))
+    return;
+  bool Durable = false;
+  for (Value *A : II.args())
+    if (A->getType()->isPointerTy() && isDurableCandidate(A))
+      Durable = true;
+  if (!Durable || !Warned.insert(Callee->getName()).second)
+    return;
+  errs() << "mango-capture: warning: " << Callee->getName() << " in "
+         << II.getFunction()->getName()
+         << " writes memory the plugin cannot size: not captured (write "
+            "durable memory with plain stores or memcpy instead)\n";
 }
 
 // Could I change this thread's mango_capture_active? Any real call could (the
@@ -644,6 +699,10 @@ PreservedAnalyses MangoCapturePass::run(Module &M, ModuleAnalysisManager &) {
     return PreservedAnalyses::all();
   S = Stats();
   DL = &M.getDataLayout();
+  {
+    Triple T(M.getTargetTriple());
+    VaListBytes = T.getArch() == Triple::x86_64 ? 24 : T.getArch() == Triple::aarch64 ? 32 : 0;
+  }
   LLVMContext &C = M.getContext();
   IntPtrTy = DL->getIntPtrType(C);
 

@@ -59,6 +59,21 @@ static void shrink() {
     map->clear();
 }
 
+// A function-local static: libsupc++ sets its guard (session 36: not
+// captured before, so after a crash the constructor ran again over the
+// restored contents).
+struct table {
+    long v[8];
+    table() { for (long i = 0; i < 8; i++) v[i] = i + 1; }
+};
+
+static table &the_table() {
+    static table t;
+    return t;
+}
+
+static void local_static() { the_table().v[0] += 100; }
+
 int main() {
     corpus_start("cxx");
     corpus_expect("new of containers", construct, false);
@@ -67,5 +82,6 @@ int main() {
     corpus_expect("std::unordered_map insert/erase", unordered_map_ops, false);
     corpus_expect("new/delete of nodes", new_delete, false);
     corpus_expect("shrink_to_fit, clear", shrink, false);
+    corpus_expect("a function-local static's guard", local_static, false);
     return corpus_finish("corpus_cxx");
 }
