@@ -93,6 +93,11 @@ static void *sync_main(void *arg)
             void *la = listener_take(cp, &fn);
             pthread_mutex_unlock(&cp->mu);
             wake_waiters(cp);
+            /* A combiner may wait for log space that only the frames of
+             * this failed sync hold: nothing else would wake it (it slept
+             * for good holding the write side; found by a review, session
+             * 36). The pool is marked failed by now. */
+            redo_log_wake_space_waiters(l);
             signal_fd(cp);
             tell_listener(cp, fn, la, atomic_load(&cp->durable), true);
             return NULL;

@@ -87,6 +87,12 @@ int redo_log_wait_reusable(redo_log *l, uint64_t lsn)
                 l->space_waiters--;
                 break;
             }
+            /* A failure while the mutex was dropped for the kick: its
+             * wake-up (redo_log_wake_space_waiters) came before this wait. */
+            if (l->pool->pd.failed) {
+                l->space_waiters--;
+                continue; /* the check at the top returns the error */
+            }
         }
         pthread_cond_wait(&l->space_cv, &l->mu);
         l->space_waiters--;
@@ -230,6 +236,13 @@ static void drop_released_pages(redo_log *l, uint64_t lo, uint64_t hi)
     if (len > first)
         persist_write_through_release(d, l->ring, len - first);
     l->dropped_lsn = hi;
+}
+
+void redo_log_wake_space_waiters(redo_log *l)
+{
+    pthread_mutex_lock(&l->mu);
+    pthread_cond_broadcast(&l->space_cv);
+    pthread_mutex_unlock(&l->mu);
 }
 
 void redo_log_release(redo_log *l, uint64_t lsn)

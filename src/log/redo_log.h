@@ -212,6 +212,9 @@ int redo_log_sync_upto(redo_log *l, uint64_t from_lsn, uint64_t to_lsn);
 
 /* Backend: space up to lsn may be reused (called after the head is durable). */
 void redo_log_release(redo_log *l, uint64_t lsn);
+/* Wakes the threads waiting for log space, to see a failure (the pool's
+ * pd.failed, set before this call). */
+void redo_log_wake_space_waiters(redo_log *l);
 
 /* ---- scanning (backend and recovery) ---- */
 typedef int (*log_frame_visitor)(void *arg, const log_frame *f, const log_entry *entries);
