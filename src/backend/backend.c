@@ -321,6 +321,13 @@ static void *backend_main(void *arg)
                 continue;
             }
             atomic_store(&b->sleeping, BACKEND_TIMED);
+            /* A commit that crossed wake_bytes between the load above and
+             * this store saw AWAKE and sent no signal (found by a review,
+             * session 36: the round then waited the whole interval). */
+            if (has_pressure(b, atomic_load(&l->committed_lsn))) {
+                atomic_store(&b->sleeping, BACKEND_AWAKE);
+                break;
+            }
             int w = pthread_cond_timedwait(&b->cv, &b->mu, &until);
             atomic_store(&b->sleeping, BACKEND_AWAKE);
             if (w == ETIMEDOUT)
