@@ -616,10 +616,82 @@ static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
     return cmd && (adds_keys_without_denyoom(cmd) || adds_ttl_without_denyoom(cmd, argv, argc));
 }
 
+/* ---- write commands without CMD_DENYOOM that still make memory ----------
+ * (found by a review, session 36; each made Redis abort on a pool with a
+ * few MB left):
+ *   - large arguments: a write command's arguments are copied into the
+ *     durable heap (durable_argv in mango_adapter.c): LREM l 0 <6 MB>, an
+ *     XACK or XCLAIM of 300 000 IDs;
+ *   - XREADGROUP adds a pending entry (a NACK and radix-tree nodes, ~85 B
+ *     measured) for every entry it delivers: COUNT of them, or every entry
+ *     of the streams it names without COUNT;
+ *   - MIGRATE serialises each key it moves (its DUMP payload) in the heap.
+ * Not counted (docs/redis.md, "A full pool"): the copy a pop makes of the
+ * element it removes, RESTORE's decoded size, compact sources of a
+ * SUNIONSTORE/ZUNIONSTORE at their converted size, the values SORT ... GET
+ * fetches, keys an EXEC makes and then copies. */
+#define BIG_WRITE_ARGUMENTS (64u << 10)
+#define PENDING_ENTRY_BYTES 128
+size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
+
+static int is_xreadgroup(struct redisCommand *cmd) { return !strcasecmp(cmd->fullname, "xreadgroup"); }
+
+static uint64_t argument_bytes(robj **argv, int argc)
+{
+    uint64_t n = 0;
+    for (int j = 1; j < argc; j++)
+        if (argv[j] && sdsEncodedObject(argv[j])) n += sdslen(argv[j]->ptr);
+    return n;
+}
+
+static int makes_memory_without_denyoom(struct redisCommand *cmd, robj **argv, int argc)
+{
+    if (!cmd || (cmd->flags & CMD_DENYOOM) || !(cmd->flags & CMD_WRITE)) return 0;
+    return is_xreadgroup(cmd) || cmd->proc == migrateCommand || argument_bytes(argv, argc) >= BIG_WRITE_ARGUMENTS;
+}
+
+/* What such a command makes besides its arguments (counted by the caller). */
+static uint64_t memory_without_denyoom(client *c, struct redisCommand *cmd, robj **argv, int argc)
+{
+    if (is_xreadgroup(cmd)) {
+        long long count = -1;
+        int streams = -1;
+        for (int j = 1; j < argc; j++) {
+            if (!sdsEncodedObject(argv[j])) continue;
+            if (!strcasecmp(argv[j]->ptr, "count") && j + 1 < argc) arg_ll(argv[++j], &count);
+            else if (!strcasecmp(argv[j]->ptr, "streams")) { streams = j + 1; break; }
+            else if (!strcasecmp(argv[j]->ptr, "group")) j += 2; /* its group and consumer names */
+        }
+        if (streams < 0) return 0;
+        int nstreams = (argc - streams) / 2;
+        uint64_t entries = 0;
+        for (int k = 0; k < nstreams; k++) {
+            robj *o = peek_value(c, argv[streams + k]);
+            uint64_t len = o && o->type == OBJ_STREAM ? ((stream *)o->ptr)->length : 0;
+            entries += count > 0 && (uint64_t)count < len ? (uint64_t)count : len;
+        }
+        return entries * PENDING_ENTRY_BYTES;
+    }
+    if (cmd->proc == migrateCommand && argc >= 6) {
+        /* MIGRATE host port key|"" db timeout [...] [KEYS key ...] */
+        uint64_t bytes = 0;
+        int keys_at = 3, last = 3;
+        for (int j = 6; j < argc; j++)
+            if (sdsEncodedObject(argv[j]) && !strcasecmp(argv[j]->ptr, "keys")) { keys_at = j + 1; last = argc - 1; break; }
+        for (int j = keys_at; j <= last && j < argc; j++) {
+            robj *o = peek_value(c, argv[j]);
+            if (o) bytes += objectComputeSize(argv[j], o, 5, c->db->id);
+        }
+        return bytes;
+    }
+    return 0;
+}
+
 /* Is the command one heap_refusal() looks at? */
 static int heap_checked(struct redisCommand *cmd, robj **argv, int argc)
 {
-    return may_grow(cmd, argv, argc) || may_add_entries(cmd, argv, argc);
+    return may_grow(cmd, argv, argc) || may_add_entries(cmd, argv, argc) ||
+           makes_memory_without_denyoom(cmd, argv, argc);
 }
 
 /* The database a queued SELECT moves the commands after it to; NULL for
@@ -734,6 +806,12 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         int argc = m ? m->argc : c->argc;
         if (m) follow_queued(&q, cmd, argv, argc);
         int grows_memory = may_grow(cmd, argv, argc);
+        if (!grows_memory && makes_memory_without_denyoom(cmd, argv, argc)) {
+            grows = 1;
+            argcs += (uint64_t)argc;
+            growth_add(&g, memory_without_denyoom(c, cmd, argv, argc));
+            continue;
+        }
         if (grows_memory) {
             grows = 1;
             argcs += (uint64_t)argc;

@@ -3036,6 +3036,82 @@ def test_a_full_pool_right_after_a_flush_says_it_is_releasing(server_factory):
     assert r.set("big", b"B" * (cap // 4)) and r.dbsize() == 1
 
 
+def leave_heap_free(r, free):
+    """One string (fill) grown so that about `free` bytes of the durable heap
+    are left; returns what is left."""
+    info = r.info("mangosteen")
+    length = info["mango_heap_capacity_bytes"] - info["mango_heap_allocated_bytes"] - free
+    assert length > 0, info
+    r.setrange("fill", length - 1, "x")
+    info = r.info("mangosteen")
+    return info["mango_heap_capacity_bytes"] - info["mango_heap_allocated_bytes"]
+
+
+@pytest.mark.parametrize("case", ["lrem-6mb-argument", "xack-300k-ids", "xreadgroup-backlog", "migrate-8mb-key"])
+def test_writes_without_denyoom_that_make_memory_are_refused(server_factory, case):
+    """Write commands without CMD_DENYOOM (Redis lets them run past
+    maxmemory) that still make memory in the durable heap made Redis abort
+    on a pool with a few MB left (found by a review, session 36): a write
+    command's large arguments are copied there (LREM of a 6 MB value, an XACK
+    of 300 000 IDs), XREADGROUP adds a pending entry for each entry it
+    delivers (a 300 000-entry backlog), MIGRATE serialises the keys it
+    moves (an 8 MB key). Each is now refused with OOM, and the server stays
+    up."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    if case == "lrem-6mb-argument":
+        r.rpush("l", "a")
+        leave_heap_free(r, 3 << 20)
+        cmd = ["LREM", "l", 0, b"v" * (6 << 20)]
+    elif case == "xack-300k-ids":
+        r.xadd("s", {"f": "v"})
+        r.xgroup_create("s", "g", id="0")
+        leave_heap_free(r, 6 << 20)
+        cmd = ["XACK", "s", "g"] + [f"{i}-1" for i in range(300000)]
+    elif case == "xreadgroup-backlog":
+        p = r.pipeline(transaction=False)
+        for i in range(300000):
+            p.xadd("s", {"f": i})
+            if i % 10000 == 9999:
+                p.execute()
+        p.execute()
+        r.xgroup_create("s", "g", id="0")
+        leave_heap_free(r, 10 << 20)
+        cmd = ["XREADGROUP", "GROUP", "g", "c", "COUNT", 300000, "STREAMS", "s", ">"]
+    else:
+        r.setrange("big", (8 << 20) - 1, "x")
+        leave_heap_free(r, 4 << 20)
+        cmd = ["MIGRATE", "127.0.0.1", 1, "big", 0, 1000]  # refused before it connects
+    with pytest.raises(ResponseError, match="OOM Mangosteen: the pool's durable heap is full"):
+        r.execute_command(*cmd)
+    assert s.proc.poll() is None and r.ping()
+    assert "OUT OF MEMORY" not in s.logtext()
+
+
+def test_a_durable_allocation_that_fails_logs_why_and_loses_nothing(server_factory):
+    """What the heap check does not count can still fail an allocation: an
+    RPOP copies the element it removes (a 6 MB element, 3 MB left). Redis's
+    handler then aborts, and its crash report allocated from the full heap
+    too, recursing until a SIGSEGV with no OUT OF MEMORY line in the log
+    (found by a review, session 36). The adapter's handler pauses the batch
+    first: the log says what happened, and the restart has every
+    acknowledged write."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    r.rpush("q", b"a" * (6 << 20))
+    leave_heap_free(r, 3 << 20)
+    assert r.set("acked", "1")
+    with pytest.raises((RedisConnectionError, ResponseError)):
+        r.rpop("q")
+    wait_until(lambda: s.proc.poll() is not None, what="the server to stop")
+    log = s.logtext()
+    assert "Mangosteen: the pool's durable heap is full: an allocation of" in log, log[-3000:]
+    assert "OUT OF MEMORY" in log, log[-3000:]
+    assert s.start() == "RECOVERED"
+    r = s.client()
+    assert r.get("acked") == b"1" and r.llen("q") == 1
+
+
 def test_space_freed_by_small_keys_serves_large_values(server_factory):
     """The durable heap keeps freed small objects for their own size: a slab
     of 16 KiB holds objects of one size, a small chunk serves one size class.
