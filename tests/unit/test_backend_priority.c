@@ -27,26 +27,17 @@
 #include "test_config.h"
 
 #define BUF_BYTES (64u << 10)
+#include "durable_buffer.h"
 #define WRITE_BYTES (8u << 10)
 
-static unsigned char *buf; /* .bss, durable: points into the durable heap */
 static unsigned turn;
 
-static void init_state(void *arg)
-{
-    (void)arg;
-    buf = malloc(BUF_BYTES);
-    memset(buf, 0, BUF_BYTES);
-    mango_capture(&buf, sizeof buf);
-    mango_capture(buf, BUF_BYTES);
-}
 static bool is_ro(void *c) { (void)c; return false; }
 static void write_chunk(void *c)
 {
     (void)c;
-    unsigned off = (turn++ * WRITE_BYTES) % BUF_BYTES;
-    memset(buf + off, (int)turn, WRITE_BYTES);
-    mango_capture(buf + off, WRITE_BYTES);
+    turn++;
+    write_slot(turn - 1, WRITE_BYTES, (int)turn);
 }
 
 static char pool_path[64];

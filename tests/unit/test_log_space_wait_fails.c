@@ -31,27 +31,14 @@
 #define WRITE_BYTES 2048
 #define WRITERS 4
 
-static char *buf;
+#include "durable_buffer.h"
+
 static _Atomic unsigned next_slot;
 static _Atomic int writers_done, writers_failed;
 
-static void init_state(void *arg)
-{
-    (void)arg;
-    buf = malloc(BUF_BYTES);
-    memset(buf, 0, BUF_BYTES);
-    mango_capture(&buf, sizeof buf);
-    mango_capture(buf, BUF_BYTES);
-}
-
 static bool is_read_only(void *cmd) { (void)cmd; return false; }
 
-static void process(void *cmd)
-{
-    unsigned off = (atomic_fetch_add(&next_slot, 1) * WRITE_BYTES) % BUF_BYTES;
-    memset(buf + off, *(int *)cmd & 0xff, WRITE_BYTES);
-    mango_capture(buf + off, WRITE_BYTES);
-}
+static void process(void *cmd) { write_slot(atomic_fetch_add(&next_slot, 1), WRITE_BYTES, *(int *)cmd & 0xff); }
 
 static void *writer(void *arg)
 {
