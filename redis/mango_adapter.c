@@ -706,18 +706,23 @@ static int commit_choice(void)
  * cycle of a pass with nothing to expire) cost a log sync, whose
  * completion woke the loop for another pass: an idle server with one key
  * with a TTL synced ~10 k times a second. */
+/* Opens the pass's batch (capturing). */
+static void open_batch(void)
+{
+    if (gather_ns) batch_opened_ns = monotonic_ns();
+    int rc = mango_batch_begin();
+    if (rc != MANGO_OK) die("mango_batch_begin", rc);
+}
+
 void mangoWriteBegin(void)
 {
     if (!mango_on) return;
     note_epoch++;
     if (write_depth++ > 0) return; /* nested: the batch already captures */
-    if (!mango_batch_open()) {
-        if (gather_ns) batch_opened_ns = monotonic_ns();
-        int rc = mango_batch_begin();
-        if (rc != MANGO_OK) die("mango_batch_begin", rc);
-    } else {
+    if (!mango_batch_open())
+        open_batch();
+    else
         mango_batch_resume();
-    }
     mangoReplPositionCheck(); /* a write with no backlog: forget the stream's position */
 }
 
@@ -862,6 +867,14 @@ static uint64_t ticket_before_open_batch(void)
     return mango_reply_ticket() - (mango_batch_open() ? 1 : 0);
 }
 
+/* Is the current client's command running (inside call()), rather than
+ * refused before it (a LOADING or BUSY error)? */
+static int current_command_running(void)
+{
+    client *cur = server.current_client;
+    return cur && call_depth > 0 && call_depth <= CALL_DEPTH_TRACKED && calling[call_depth - 1] == cur;
+}
+
 /* Is the reply being made for another client's command, served while a
  * script yields past busy-reply-threshold (a BUSY error, SCRIPT KILL,
  * SHUTDOWN's refusal, WATCH)? Nothing such a command tells reads the
@@ -879,17 +892,8 @@ static int answered_beside_a_busy_script(void)
 {
     client *cur = server.current_client;
     if (!ProcessingEventsWhileBlocked || !scriptIsTimedout() || !cur || cur == scriptGetCaller()) return 0;
-    int running = call_depth > 0 && call_depth <= CALL_DEPTH_TRACKED && calling[call_depth - 1] == cur;
-    if (!running) return 1; /* refused before call(): BUSY, an unknown command, a bad argument count */
+    if (!current_command_running()) return 1; /* refused before call(): BUSY, an unknown command, a bad argument count */
     return !((cur->cmd->flags & (CMD_WRITE | CMD_MODULE)) || cur->cmd->proc == functionStatsCommand);
-}
-
-/* Is the current client's command running (inside call()), rather than
- * refused before it (a LOADING or BUSY error)? */
-static int current_command_running(void)
-{
-    client *cur = server.current_client;
-    return cur && call_depth > 0 && call_depth <= CALL_DEPTH_TRACKED && calling[call_depth - 1] == cur;
 }
 
 /* The open batch's ticket, opening one (paused) if none is: a message an
@@ -902,9 +906,7 @@ static int current_command_running(void)
 static uint64_t open_batch_ticket(void)
 {
     if (!mango_batch_open()) {
-        if (gather_ns) batch_opened_ns = monotonic_ns();
-        int rc = mango_batch_begin();
-        if (rc != MANGO_OK) die("mango_batch_begin", rc);
+        open_batch();
         mango_batch_pause();
     }
     return mango_reply_ticket();

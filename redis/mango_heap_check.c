@@ -634,12 +634,15 @@ static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
 #define PENDING_ENTRY_BYTES 128
 size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
 
-static int is_xreadgroup(struct redisCommand *cmd) { return !strcasecmp(cmd->fullname, "xreadgroup"); }
+/* XREAD and XREADGROUP share their proc; only XREADGROUP writes. */
+static int is_xreadgroup(struct redisCommand *cmd) { return cmd->proc == xreadCommand && (cmd->flags & CMD_WRITE); }
 
+/* The bytes of a command's arguments (for a script's client, whose
+ * argv_len_sum is not kept). */
 static uint64_t argument_bytes(robj **argv, int argc)
 {
     uint64_t n = 0;
-    for (int j = 1; j < argc; j++)
+    for (int j = 0; j < argc; j++)
         if (argv[j] && sdsEncodedObject(argv[j])) n += sdslen(argv[j]->ptr);
     return n;
 }
@@ -911,10 +914,7 @@ int mangoRefuseScriptCommand(client *c, sds *err)
      * there (scriptVerifyOOM) runs only with maxmemory and only before the
      * script's first write. A script client's argv_len_sum is not kept. */
     if (!mangoEnabled() || !heap_checked(c->cmd, c->argv, c->argc)) return 0;
-    uint64_t args = 0;
-    for (int j = 0; j < c->argc; j++)
-        if (c->argv[j] && sdsEncodedObject(c->argv[j])) args += sdslen(c->argv[j]->ptr);
-    sds why = heap_refusal(c, 0, args);
+    sds why = heap_refusal(c, 0, argument_bytes(c->argv, c->argc));
     if (!why) return 0;
     *err = why;
     return 1;

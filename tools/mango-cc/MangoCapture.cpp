@@ -305,19 +305,19 @@ bool MangoCapturePass::classify(Instruction &I, Site &Out) {
     }
     ++S.MemIntrinsics;
   } else if (auto *II = dyn_cast<IntrinsicInst>(&I)) {
+    // A masked store of a whole vector (operand ValArg) at operand PtrArg:
+    // the whole range, a superset.
+    auto addMasked = [&](unsigned PtrArg, unsigned ValArg) {
+      if (!isDurableCandidate(II->getArgOperand(PtrArg)))
+        return false;
+      addTyped(II->getArgOperand(PtrArg), II->getArgOperand(ValArg)->getType());
+      ++S.Masked;
+      return true;
+    };
     switch (II->getIntrinsicID()) {
-    case Intrinsic::masked_store: // (val, ptr, align, mask)
-      if (!isDurableCandidate(II->getArgOperand(1)))
-        return false;
-      addTyped(II->getArgOperand(1), II->getArgOperand(0)->getType());
-      ++S.Masked;
-      break;
+    case Intrinsic::masked_store:         // (val, ptr, align, mask)
     case Intrinsic::masked_compressstore: // (val, ptr, mask)
-      if (!isDurableCandidate(II->getArgOperand(1)))
-        return false;
-      addTyped(II->getArgOperand(1), II->getArgOperand(0)->getType());
-      ++S.Masked;
-      break;
+      return addMasked(1, 0);
     case Intrinsic::masked_scatter: { // (val, ptrs, align, mask)
       auto *VT = dyn_cast<FixedVectorType>(II->getArgOperand(0)->getType());
       if (!VT) {
@@ -336,11 +336,7 @@ bool MangoCapturePass::classify(Instruction &I, Site &Out) {
     // _mm256_maskstore_*): the generic llvm.masked.* forms above come from
     // the vectoriser, these from the source (found by a review, session 36).
     case Intrinsic::x86_sse2_maskmov_dqu: // (val, mask, ptr): 16 bytes
-      if (!isDurableCandidate(II->getArgOperand(2)))
-        return false;
-      addTyped(II->getArgOperand(2), II->getArgOperand(0)->getType());
-      ++S.Masked;
-      break;
+      return addMasked(2, 0);
     case Intrinsic::x86_avx_maskstore_pd:
     case Intrinsic::x86_avx_maskstore_pd_256:
     case Intrinsic::x86_avx_maskstore_ps:
@@ -349,11 +345,7 @@ bool MangoCapturePass::classify(Instruction &I, Site &Out) {
     case Intrinsic::x86_avx2_maskstore_d_256:
     case Intrinsic::x86_avx2_maskstore_q:
     case Intrinsic::x86_avx2_maskstore_q_256: // (ptr, mask, val)
-      if (!isDurableCandidate(II->getArgOperand(0)))
-        return false;
-      addTyped(II->getArgOperand(0), II->getArgOperand(2)->getType());
-      ++S.Masked;
-      break;
+      return addMasked(0, 2);
     case Intrinsic::vastart: // (va_list *): va_start into durable memory
     case Intrinsic::vacopy:  // (va_list *dst, va_list *src)
       if (!VaListBytes || !isDurableCandidate(II->getArgOperand(0)))
