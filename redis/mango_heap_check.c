@@ -18,7 +18,8 @@
  *     database it adds keys to, the hash, set or sorted set it adds to;
  *   - the small (intset, listpack) values it converts to hash tables;
  *   - the values it builds from keys it reads (SUNIONSTORE, SORT, COPY ...);
- *   - for DEBUG POPULATE, the table it expands to and the keys it makes.
+ *   - for DEBUG POPULATE, the table it expands to and the keys it makes;
+ *   - the large element a pop copies (room in one piece only).
  * An EXEC is judged by the commands it queued, in the database a queued
  * SELECT moves them to, with the dicts a queued SWAPDB gives it. Large arguments and the large strings and tables
  * must also find free room in one piece (mango_heap_fits), after a reclaim
@@ -626,10 +627,10 @@ static int may_add_entries(struct redisCommand *cmd, robj **argv, int argc)
  *     measured) for every entry it delivers: COUNT of them, or every entry
  *     of the streams it names without COUNT;
  *   - MIGRATE serialises each key it moves (its DUMP payload) in the heap.
- * Not counted (docs/redis.md, "A full pool"): the copy a pop makes of the
- * element it removes, RESTORE's decoded size, compact sources of a
- * SUNIONSTORE/ZUNIONSTORE at their converted size, the values SORT ... GET
- * fetches, keys an EXEC makes and then copies. */
+ * Pops are counted below. Not counted (docs/redis.md, "A full pool"):
+ * RESTORE's decoded size, compact sources of a SUNIONSTORE/ZUNIONSTORE at
+ * their converted size, the values SORT ... GET fetches, keys an EXEC makes
+ * and then copies. */
 #define BIG_WRITE_ARGUMENTS (64u << 10)
 #define PENDING_ENTRY_BYTES 128
 size_t objectComputeSize(robj *key, robj *o, size_t sample_size, int dbid); /* object.c */
@@ -690,11 +691,113 @@ static uint64_t memory_without_denyoom(client *c, struct redisCommand *cmd, robj
     return 0;
 }
 
+/* ---- the element a pop copies --------------------------------------------
+ * A pop copies the element it removes before it replies: listTypePop makes
+ * a string object of the list's end element, ZPOPMIN/ZPOPMAX duplicate each
+ * member they remove (one at a time), and LMOVE then pushes that copy into
+ * its destination's new node. In a write section the copies come from the
+ * durable heap: an RPOP of a 6 MB element with 3 MB left made Redis abort,
+ * and the client's retry after the restart aborted it again. These are
+ * write commands without CMD_DENYOOM (they free memory in the end), so
+ * they are not held to the reserve: only a large copy is checked, for
+ * room in one piece. Sized before they run, with no side effect: a list's
+ * end node (the element, or a listpack of at most a few small ones around
+ * it), a skiplist's members from the end it pops up to COUNT, a listpack
+ * sorted set's whole listpack. Not counted: SPOP's random member (found
+ * only when it runs), the pops of LPOP/RPOP/LMPOP with COUNT (they reply
+ * from the list itself, with no copy). */
+
+/* The bytes of the element(s) a pop at where (LIST_HEAD or LIST_TAIL) of
+ * the value at key copies at once, at most count of them in turn. */
+static uint64_t end_element_bytes(client *c, robj *key, int where, long long count)
+{
+    robj *o = peek_value(c, key);
+    if (!o) return 0;
+    if (o->type == OBJ_LIST && o->encoding == OBJ_ENCODING_QUICKLIST) {
+        quicklist *ql = o->ptr;
+        quicklistNode *n = where == LIST_HEAD ? ql->head : ql->tail;
+        return n ? n->sz : 0;
+    }
+    if (o->type != OBJ_ZSET) return 0;
+    if (o->encoding == OBJ_ENCODING_LISTPACK) return lpBytes(o->ptr);
+    if (o->encoding != OBJ_ENCODING_SKIPLIST) return 0;
+    zskiplist *zsl = ((zset *)o->ptr)->zsl;
+    uint64_t largest = 0;
+    zskiplistNode *n = where == LIST_HEAD ? zsl->header->level[0].forward : zsl->tail;
+    for (long long k = 0; n && k < count; k++) {
+        if (sdslen(n->ele) > largest) largest = sdslen(n->ele);
+        n = where == LIST_HEAD ? n->level[0].forward : n->backward;
+    }
+    return largest;
+}
+
+static int is_pop(struct redisCommand *cmd)
+{
+    void (*p)(client *) = cmd ? cmd->proc : NULL;
+    return p == lpopCommand || p == rpopCommand || p == blpopCommand || p == brpopCommand ||
+           p == rpoplpushCommand || p == brpoplpushCommand || p == lmoveCommand || p == blmoveCommand ||
+           p == zpopminCommand || p == zpopmaxCommand || p == bzpopminCommand || p == bzpopmaxCommand ||
+           p == zmpopCommand || p == bzmpopCommand;
+}
+
+/* The side named by a LEFT/RIGHT or MIN/MAX argument: LIST_HEAD,
+ * LIST_TAIL, or -1 (Redis refuses it). */
+static int side_named(robj *a)
+{
+    if (!a || !sdsEncodedObject(a)) return -1;
+    if (!strcasecmp(a->ptr, "left") || !strcasecmp(a->ptr, "min")) return LIST_HEAD;
+    if (!strcasecmp(a->ptr, "right") || !strcasecmp(a->ptr, "max")) return LIST_TAIL;
+    return -1;
+}
+
+/* The largest element a pop command copies at once (0 for other commands
+ * and requests Redis refuses); *copies: 2 when the copy is then pushed into
+ * another list (a new node as large). */
+static uint64_t popped_copy(client *c, struct redisCommand *cmd, robj **argv, int argc, int *copies)
+{
+    *copies = 1;
+    void (*p)(client *) = cmd->proc;
+    int where = p == rpopCommand || p == brpopCommand || p == rpoplpushCommand || p == brpoplpushCommand ||
+                p == zpopmaxCommand || p == bzpopmaxCommand ? LIST_TAIL : LIST_HEAD;
+    int first = 1, last = 1; /* the keys it may pop from */
+    long long count = 1;
+    if (p == lpopCommand || p == rpopCommand) {
+        if (argc != 2) return 0; /* with COUNT: no copy */
+    } else if (p == blpopCommand || p == brpopCommand || p == bzpopminCommand || p == bzpopmaxCommand) {
+        last = argc - 2;
+    } else if (p == rpoplpushCommand || p == brpoplpushCommand) {
+        *copies = 2;
+    } else if (p == lmoveCommand || p == blmoveCommand) {
+        if (argc < 5 || (where = side_named(argv[3])) < 0) return 0;
+        *copies = 2;
+    } else if (p == zpopminCommand || p == zpopmaxCommand) {
+        if (argc == 3 && !arg_ll(argv[2], &count)) return 0;
+    } else { /* ZMPOP numkeys key ... MIN|MAX [COUNT c]; BZMPOP timeout numkeys ... */
+        int at = p == bzmpopCommand ? 2 : 1;
+        long long numkeys;
+        if (argc <= at || !arg_ll(argv[at], &numkeys) || numkeys <= 0 || numkeys > argc - at - 2) return 0;
+        first = at + 1;
+        last = at + (int)numkeys;
+        if ((where = side_named(argv[last + 1])) < 0) return 0;
+        if (last + 3 < argc && sdsEncodedObject(argv[last + 2]) && !strcasecmp(argv[last + 2]->ptr, "count"))
+            arg_ll(argv[last + 3], &count);
+    }
+    uint64_t largest = 0;
+    for (int j = first; j <= last && j < argc; j++) {
+        uint64_t n = end_element_bytes(c, argv[j], where, count);
+        if (n > largest) largest = n;
+    }
+    return largest;
+}
+
+/* What a refused pop's error adds. */
+#define POP_HINT "; a pop copies the element it removes, LTRIM, ZREMRANGEBYRANK and DEL remove elements without a copy"
+
 /* Is the command one heap_refusal() looks at? */
 static int heap_checked(struct redisCommand *cmd, robj **argv, int argc)
 {
     return may_grow(cmd, argv, argc) || may_add_entries(cmd, argv, argc) ||
-           makes_memory_without_denyoom(cmd, argv, argc);
+           makes_memory_without_denyoom(cmd, argv, argc) || is_pop(cmd);
 }
 
 /* The database a queued SELECT moves the commands after it to; NULL for
@@ -796,6 +899,7 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     noted dn = {.n = 0}, cn = {.n = 0}; /* dicts; compact values */
     uint64_t argcs = 0;
     int grows = 0; /* one command may grow memory (else only a table is refused) */
+    int pops = 0;  /* one pop copies a large element (checked for room in one piece only) */
     /* Queued commands after a SELECT or a SWAPDB (queued_dbs). */
     queued_dbs q = {.c = c, .home = c->db, .selected = c->db->id, .holder = NULL};
     for (int k = 0; !exec && (c->flags & CLIENT_MULTI) && k < c->mstate.count; k++) {
@@ -809,6 +913,16 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
         int argc = m ? m->argc : c->argc;
         if (m) follow_queued(&q, cmd, argv, argc);
         int grows_memory = may_grow(cmd, argv, argc);
+        if (is_pop(cmd)) {
+            int copies;
+            uint64_t copy = popped_copy(c, cmd, argv, argc, &copies);
+            if (copy >= BIG_ARGUMENT) {
+                pops = 1;
+                g.room += (uint64_t)copies * chunk_room(copy);
+                if (copy > g.largest) g.largest = copy;
+                if (grows_memory) g.bytes += (uint64_t)copies * copy; /* LMOVE ... (CMD_DENYOOM) */
+            }
+        }
         if (!grows_memory && makes_memory_without_denyoom(cmd, argv, argc)) {
             grows = 1;
             argcs += (uint64_t)argc;
@@ -857,20 +971,21 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     queued_dbs_end(&q);
     for (int i = 0; i < dn.n; i++) growth_add(&g, next_table(dn.p[i], dn.adds[i]));
     for (int i = 0; i < cn.n; i++) conversion_growth(&g, cn.p[i], cn.adds[i], cn.breaks[i]);
-    if (!grows && !g.bytes) return NULL;
+    if (!grows && !g.bytes && !pops) return NULL;
     uint64_t need = 2 * args + ARGUMENT_OVERHEAD * argcs + g.bytes + heap_reserve(capacity);
-    if (allocated > capacity || capacity - allocated < need) {
+    if ((grows || g.bytes) && (allocated > capacity || capacity - allocated < need)) {
         /* Right after a FLUSHALL or a big DEL the memory is still being
          * released in steps: say so rather than ask for deletions (noted by
          * a review, session 36). */
         unsigned long releasing = mangoGravesPending();
         return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap is full (%llu of %llu bytes in "
-                            "use; this command needs about %llu more, with a reserve): %s",
+                            "use; this command needs about %llu more, with a reserve): %s%s",
                             (unsigned long long)allocated, (unsigned long long)capacity, (unsigned long long)need,
                             releasing ? "deleted values are still being released in steps (INFO mangosteen, "
                                         "mango_objects_being_released): retry shortly"
                                       : "delete keys, set maxmemory below the heap, or start with a larger pool "
-                                        "(mango-pool-size)");
+                                        "(mango-pool-size)",
+                            pops ? POP_HINT : "");
     }
     /* Room by bytes in use is no promise for large values: the free space
      * may lie in pieces between live objects. Their durable copies, and the
@@ -892,9 +1007,10 @@ static sds heap_refusal(client *c, int exec, uint64_t args)
     return sdscatprintf(sdsempty(), "-OOM Mangosteen: the pool's durable heap has no room in one piece for the "
                         "large values this command makes (%llu bytes, the largest %llu; %llu of %llu bytes in "
                         "use, the rest lies between live objects): delete keys, set maxmemory below the heap, "
-                        "or start with a larger pool (mango-pool-size)",
+                        "or start with a larger pool (mango-pool-size)%s",
                         (unsigned long long)room, (unsigned long long)g.largest, (unsigned long long)allocated,
-                        (unsigned long long)capacity);
+                        (unsigned long long)capacity,
+                        pops ? POP_HINT : "");
 }
 
 sds mangoHeapRefusal(client *c)

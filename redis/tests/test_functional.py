@@ -3088,28 +3088,63 @@ def test_writes_without_denyoom_that_make_memory_are_refused(server_factory, cas
     assert "OUT OF MEMORY" not in s.logtext()
 
 
-def test_a_durable_allocation_that_fails_logs_why_and_loses_nothing(server_factory):
-    """What the heap check does not count can still fail an allocation: an
-    RPOP copies the element it removes (a 6 MB element, 3 MB left). Redis's
-    handler then aborts, and its crash report allocated from the full heap
-    too, recursing until a SIGSEGV with no OUT OF MEMORY line in the log
-    (found by a review, session 36). The adapter's handler pauses the batch
-    first: the log says what happened, and the restart has every
-    acknowledged write."""
+@pytest.mark.parametrize("case", ["rpop", "blpop", "lmove", "zpopmin", "zmpop-max-count", "eval-rpop"])
+def test_a_pop_that_copies_a_large_element_is_refused(server_factory, case):
+    """A pop copies the element it removes (listTypePop, ZPOPMIN's sdsdup;
+    LMOVE then pushes the copy into a new node), in the durable heap: an
+    RPOP of a 6 MB element with 3 MB left made Redis abort, and the same
+    RPOP retried after the restart aborted it again. Such a pop is now
+    refused with OOM (it says what removes elements without a copy), the
+    server stays up, and LTRIM then frees the element."""
     s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
     r = s.client()
-    r.rpush("q", b"a" * (6 << 20))
+    big = b"a" * (6 << 20)
+    if case.startswith("z"):
+        r.zadd("z", {b"m1": 1, big: 2, b"m3": 3})
+        cmd = ["ZPOPMIN", "z", 2] if case == "zpopmin" else ["ZMPOP", 2, "nokey", "z", "MAX", "COUNT", 2]
+    else:
+        r.rpush("q", "x", big)
+        cmd = {"rpop": ["RPOP", "q"], "blpop": ["BRPOP", "nokey", "q", 0],
+               "lmove": ["LMOVE", "q", "dst", "RIGHT", "LEFT"],
+               "eval-rpop": ["EVAL", "return redis.call('rpop', KEYS[1])", 1, "q"]}[case]
+    leave_heap_free(r, 3 << 20)
+    # (LMOVE, CMD_DENYOOM, is held to the reserve too: "is full")
+    with pytest.raises(ResponseError, match="OOM Mangosteen: the pool's durable heap (has no room in one piece|is "
+                       "full).*a pop copies the element it removes"):
+        r.execute_command(*cmd)
+    assert s.proc.poll() is None and r.ping()
+    if case.startswith("z"):
+        assert r.zcard("z") == 3 and r.zremrangebyrank("z", 0, -1) == 3
+    else:
+        assert r.llen("q") == 2 and r.ltrim("q", 0, 0) and r.rpop("q") == b"x"
+    assert "OUT OF MEMORY" not in s.logtext()
+    s.restart("kill")
+    assert s.client().exists("q", "z") == 0
+
+
+def test_a_durable_allocation_that_fails_logs_why_and_loses_nothing(server_factory):
+    """What the heap check does not count can still fail an allocation: an
+    SPOP copies the member it removes, a random one the check cannot size
+    beforehand (a 6 MB member, 3 MB left). Redis's handler then aborts, and
+    its crash report allocated from the full heap too, recursing until a
+    SIGSEGV with no OUT OF MEMORY line in the log (found by a review,
+    session 36, with an RPOP, which is now refused). The adapter's handler
+    pauses the batch first: the log says what happened, and the restart has
+    every acknowledged write."""
+    s = server_factory("emulated", env={"MANGO_POOL_SIZE": "64m", "MANGO_LOG_SIZE": "8m"})
+    r = s.client()
+    r.sadd("q", b"a" * (6 << 20))
     leave_heap_free(r, 3 << 20)
     assert r.set("acked", "1")
     with pytest.raises((RedisConnectionError, ResponseError)):
-        r.rpop("q")
+        r.spop("q")
     wait_until(lambda: s.proc.poll() is not None, what="the server to stop")
     log = s.logtext()
     assert "Mangosteen: the pool's durable heap is full: an allocation of" in log, log[-3000:]
     assert "OUT OF MEMORY" in log, log[-3000:]
     assert s.start() == "RECOVERED"
     r = s.client()
-    assert r.get("acked") == b"1" and r.llen("q") == 1
+    assert r.get("acked") == b"1" and r.scard("q") == 1
 
 
 def test_space_freed_by_small_keys_serves_large_values(server_factory):
