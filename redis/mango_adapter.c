@@ -474,9 +474,16 @@ static void mango_atexit(void)
          * script, or inside a write command (a SHUTDOWN NOSAVE served while
          * DEBUG RELOAD loads, after it emptied the databases: committing
          * that emptied the pool). Its changes so far are dropped.
-         * An import that fails keeps its batch committed: the pool then says
-         * the import is unfinished and is refused (mangoLoadDataFromDisk). */
-        if (mangoCommandUnfinished() && !importing) {
+         * An import that stops (a damaged file, SIGTERM while it loads) drops
+         * its batch too: the pool keeps the RUNNING mark committed before the
+         * first key, so it is refused as an unfinished import
+         * (mangoLoadDataFromDisk) either way, and committing a bulk import's
+         * batch first logged the whole loaded heap for nothing. */
+        if (importing) {
+            serverLog(LL_WARNING, "Mangosteen: exiting during the import: what it loaded since its last commit is "
+                      "dropped, as after a crash");
+            if (mango_capture_active) mango_batch_pause();
+        } else if (mangoCommandUnfinished()) {
             serverLog(LL_WARNING, "Mangosteen: exiting while a command is still running: its changes so far "
                       "are dropped, as after a crash (their replies were never sent)");
             if (mango_capture_active) mango_batch_pause(); /* no store is captured past here */
