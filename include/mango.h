@@ -122,7 +122,9 @@ typedef struct mango_config {
     size_t log_size;         /* redo log ring of a new pool; 0: 256 MiB on a disk
                               * file system if pool_size >= 1 GiB, else 64 MiB */
     mango_persist_mode mode;
-    unsigned max_threads;    /* client threads that may call in; 0: 64 */
+    unsigned max_threads;    /* client threads that may call in; 0: 64; at most 65536. A
+                              * thread keeps its slot until it exits; one past
+                              * the limit gets MANGO_EINVAL from mango_client_cmd */
     uintptr_t heap_base;     /* durable heap reservation; 0: 0x600000000000 */
     bool create_if_missing;  /* default true via mango_config_default() */
     /* Test mode (default false; MANGO_VERIFY_CAPTURE=1 also turns it on):

@@ -63,10 +63,10 @@
 
 #include "concurrency/futex_wait.h"
 #include "mango.h"
+#include "runtime/error.h"
 
 #define FC_CACHELINE 64
 /* Upper bound on max_threads, to keep the slot array a sane size. */
-#define FC_MAX_THREADS_LIMIT 65536u
 
 enum { FC_EMPTY = 0, FC_READY = 1, FC_STARTED = 2, FC_DONE = 3 };
 
@@ -135,6 +135,7 @@ static fc_slot *slot_get(fc *f)
             continue;
         if (pthread_setspecific(f->key, s) != 0) {
             atomic_store_explicit(&s->owned, 0, memory_order_release);
+            mango_error(MANGO_EINVAL, "cannot record this thread's slot (pthread_setspecific)");
             return NULL;
         }
         unsigned want = i + 1, cur = atomic_load(&f->hwm);
@@ -142,6 +143,8 @@ static fc_slot *slot_get(fc *f)
             ;
         return s;
     }
+    mango_error(MANGO_EINVAL, "more than mango_config.max_threads (%u) threads have called in: a thread keeps "
+                "its slot until it exits (raise max_threads)", f->max_threads);
     return NULL;
 }
 

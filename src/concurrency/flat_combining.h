@@ -14,6 +14,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The most client threads fc_create accepts (mango_config.max_threads). */
+#define FC_MAX_THREADS_LIMIT 65536u
+
 typedef struct fc_hooks {
     bool (*is_read_only)(void *ctx);
     void (*process)(void *ctx);

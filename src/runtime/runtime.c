@@ -1097,6 +1097,8 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
     }
     if (cfg.heap_base % 4096)
         return mango_error(MANGO_EINVAL, "heap_base %#lx is not page aligned", (unsigned long)cfg.heap_base);
+    if (cfg.max_threads > FC_MAX_THREADS_LIMIT) /* checked before the pool is touched */
+        return mango_error(MANGO_EINVAL, "max_threads %u: at most %u", cfg.max_threads, FC_MAX_THREADS_LIMIT);
     if (cfg.mode > MANGO_PERSIST_SIM)
         return mango_error(MANGO_EINVAL, "unknown persistence mode %d", (int)cfg.mode);
     size_t range_min; /* checked before the pool is touched */
@@ -1160,10 +1162,24 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         pipeline_stop(&rt.pipe);
         rt.pipe_started = false;
         if (rt.durable) {
+            /* Undo open_durable, as its own failure path does, so that a
+             * retry in this process can reserve the heap again. */
             backend_stop(&rt.backend, false);
+            big_batch_writer_close(&rt.big);
+            redo_log_destroy(&rt.log);
+            scratch_reset();
+            dheap_detach();
+            rt.verify = false;
+            capture_verify_shutdown();
+            munmap(rt.heap, rt.heap_size);
+            recovery_heap_unmapped();
+            rt.heap = NULL;
             pool_close(&rt.pool);
+            dedup_destroy(rt.set);
+            munmap(rt.set, sizeof *rt.set);
+            rt.set = NULL;
         }
-        return rc;
+        return mango_error(rc, "cannot set up flat combining for %u threads (out of memory)", cfg.max_threads);
     }
     rt.up = true;
     if (status == MANGO_FRESH) {

@@ -1,6 +1,11 @@
 /* test_reinit.c -- mango_init / mango_shutdown / mango_init in one process:
  * the second init recovers the state at the same addresses, and a third init
- * on a new pool starts FRESH with an empty durable heap. */
+ * on a new pool starts FRESH with an empty durable heap. Also: a max_threads
+ * past the limit is refused before the pool is made (it used to fail after,
+ * with no message, leaving the heap reserved so a corrected retry failed),
+ * and a thread past max_threads gets a message. */
+#include <pthread.h>
+#include <semaphore.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,12 +19,40 @@
 #include "test_config.h"
 
 
-static int start(const char *pool)
+static int start_with(const char *pool, unsigned max_threads)
 {
     mango_config cfg;
     small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
+    cfg.max_threads = max_threads;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
     return mango_init(&cfg, &cb);
+}
+
+static int start(const char *pool) { return start_with(pool, 0); }
+
+static sem_t called, release;
+static int thread_rc;
+static char thread_error[256];
+
+/* Calls in once, then keeps its slot (alive) until released. */
+static void *holder(void *arg)
+{
+    (void)arg;
+    int x;
+    thread_rc = mango_client_cmd(&x);
+    sem_post(&called);
+    sem_wait(&release);
+    return NULL;
+}
+
+/* Calls in once and records the error. */
+static void *latecomer(void *arg)
+{
+    (void)arg;
+    int x;
+    thread_rc = mango_client_cmd(&x);
+    snprintf(thread_error, sizeof thread_error, "%s", mango_last_error());
+    return NULL;
 }
 
 int main(void)
@@ -50,5 +83,30 @@ int main(void)
     CHECK(mango_shutdown() == 0);
     unlink(a);
     unlink(b);
+
+    /* max_threads past the limit: refused before any pool exists. */
+    CHECK(start_with(a, 70000) == MANGO_EINVAL);
+    CHECK(strstr(mango_last_error(), "max_threads 70000") != NULL);
+    CHECK(access(a, F_OK) != 0);
+    CHECK(start_with(a, 2) == MANGO_FRESH); /* a corrected retry in the same process */
+
+    /* A third thread with max_threads 2 (the main thread and a live holder
+     * keep theirs). */
+    sem_init(&called, 0, 0);
+    sem_init(&release, 0, 0);
+    pthread_t h, l;
+    CHECK(mango_client_cmd(&x) == 0);
+    CHECK(pthread_create(&h, NULL, holder, NULL) == 0);
+    sem_wait(&called);
+    CHECK(thread_rc == 0);
+    CHECK(pthread_create(&l, NULL, latecomer, NULL) == 0);
+    pthread_join(l, NULL);
+    CHECK(thread_rc == MANGO_EINVAL);
+    CHECK(strstr(thread_error, "more than mango_config.max_threads (2)") != NULL);
+    sem_post(&release);
+    pthread_join(h, NULL);
+    CHECK(mango_client_cmd(&x) == 0 && *counter == 3); /* the latecomer's did not run */
+    CHECK(mango_shutdown() == 0);
+    unlink(a);
     return check_report("test_reinit");
 }
