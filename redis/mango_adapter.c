@@ -1566,8 +1566,10 @@ int mangoRefuseCommand(client *c)
                             "the pool is the durable copy");
         return 1;
     }
-    if (c->cmd->proc == failoverCommand) {
-        /* FAILOVER makes this master a replica of one of its replicas. */
+    if (c->cmd->proc == failoverCommand &&
+        !(c->argc == 2 && sdsEncodedObject(c->argv[1]) && !strcasecmp(c->argv[1]->ptr, "abort"))) {
+        /* FAILOVER makes this master a replica of one of its replicas
+         * (FAILOVER ABORT can start none: Redis answers it). */
         rejectCommandFormat(c, "Mangosteen: FAILOVER is not supported with a pool: this server would become a "
                             "replica, whose full sync loads the new master's data outside any write section");
         return 1;

@@ -71,7 +71,10 @@ static void note_fed(uint64_t t)
     unsigned last = (fed_head + fed_count - 1) % FED_MAX;
     if (fed_count && fed_ticket[last] >= t) {
         fed_end[last] = server.master_repl_offset;
-    } else if (fed_count == FED_MAX) { /* merge into the newest: its bytes wait for t (never seen) */
+    } else if (fed_count == FED_MAX) {
+        /* Merge into the newest: its bytes wait for t. Reached with a
+         * backlog but no replica reading for 256 feeding batches (e.g.
+         * after a restart; found by a review, session 37). */
         fed_ticket[last] = t;
         fed_end[last] = server.master_repl_offset;
     } else {

@@ -1526,6 +1526,9 @@ def test_replicaof_is_refused(srv):
         r.execute_command("FAILOVER", "TO", "127.0.0.1", str(free_port()))
     with pytest.raises(ResponseError, match="FAILOVER is not supported with a pool"):
         r.execute_command("FAILOVER")
+    # FAILOVER ABORT starts nothing: Redis's own answer (noted by a review, session 37)
+    with pytest.raises(ResponseError, match="No failover in progress"):
+        r.execute_command("FAILOVER", "ABORT")
     assert r.info("replication")["role"] == "master"
     srv.stop("kill")
     rc, log = start_refused(srv, ["--replicaof", "127.0.0.1", str(free_port())])
