@@ -168,7 +168,8 @@ enum {
 
 /* Start the runtime: open (or create) the pool, recover or initialise the
  * state, start the backend. Returns MANGO_FRESH or MANGO_RECOVERED, or a
- * negative error code (message in mango_last_error()).
+ * negative error code (message in mango_last_error()). A call that fails
+ * after making a new pool removes it again (before init_state runs).
  *
  * fork(): only the process that opened the pool writes it. In a child
  * forked while the runtime is up (a snapshot writer, say), every call that

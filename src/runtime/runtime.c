@@ -62,6 +62,7 @@ typedef struct runtime {
     mango_callbacks cb;
     mango_config cfg;
     char pool_path[PATH_MAX];
+    bool pool_created; /* this mango_init made the pool file (open_durable) */
     pool pool;
     redo_log log;
     big_batch_writer big; /* batches too large for a log frame */
@@ -638,6 +639,16 @@ static size_t default_log_size(const char *pool_path, const mango_config *cfg)
 
 static int scratch_section(void);
 
+/* A mango_init that fails after making the pool removes it: the pool holds
+ * nothing yet, but it records the heap address and the layout, so a retry
+ * with a corrected configuration (another heap_base) was refused as "a
+ * different layout" (found by a review, session 37). */
+static void forget_new_pool(bool created)
+{
+    if (created)
+        unlink(rt.pool_path);
+}
+
 static int open_durable(const mango_config *cfg, int *status)
 {
     int rc = resolve_pool_path(cfg, rt.pool_path, sizeof rt.pool_path);
@@ -778,6 +789,7 @@ static int open_durable(const mango_config *cfg, int *status)
         goto fail_heap;
     }
     rt.pipe_started = true;
+    rt.pool_created = created;
     recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
@@ -790,6 +802,7 @@ fail_heap:
     rt.heap = NULL;
 fail_pool:
     pool_close(p);
+    forget_new_pool(created);
     return rc;
 }
 
@@ -1175,6 +1188,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
             recovery_heap_unmapped();
             rt.heap = NULL;
             pool_close(&rt.pool);
+            forget_new_pool(rt.pool_created);
             dedup_destroy(rt.set);
             munmap(rt.set, sizeof *rt.set);
             rt.set = NULL;

@@ -3,7 +3,8 @@
  * on a new pool starts FRESH with an empty durable heap. Also: a max_threads
  * past the limit is refused before the pool is made (it used to fail after,
  * with no message, leaving the heap reserved so a corrected retry failed),
- * and a thread past max_threads gets a message. */
+ * a thread past max_threads gets a message, and an init that fails after
+ * making its pool removes it. */
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdint.h>
@@ -83,6 +84,22 @@ int main(void)
     CHECK(mango_shutdown() == 0);
     unlink(a);
     unlink(b);
+
+    /* A heap_base that cannot be reserved (this program's code): the pool
+     * this init made is removed, so a retry at the default address makes a
+     * new one instead of being refused as another layout. */
+    {
+        mango_config cfg;
+        small_test_config(&cfg, a, MANGO_PERSIST_EMULATED);
+        cfg.heap_base = ((uintptr_t)&main) & ~(uintptr_t)4095;
+        mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
+        CHECK(mango_init(&cfg, &cb) == MANGO_ENOMEM);
+        CHECK(strstr(mango_last_error(), "cannot reserve the durable heap") != NULL);
+        CHECK(access(a, F_OK) != 0);
+        CHECK(start(a) == MANGO_FRESH);
+        CHECK(mango_shutdown() == 0);
+        unlink(a);
+    }
 
     /* max_threads past the limit: refused before any pool exists. */
     CHECK(start_with(a, 70000) == MANGO_EINVAL);
