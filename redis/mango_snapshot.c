@@ -35,6 +35,19 @@ static struct {
     long long ended; /* unix time */
 } last = {.status = "none"};
 
+/* Is dir the server's working directory (`dir`, where SAVE writes: Redis
+ * chdirs there)? Any client allowed MANGOSNAPSHOT may write a snapshot there,
+ * as BGSAVE may; a file anywhere else takes what moving `dir` takes,
+ * enable-protected-configs (noted by reviews, sessions 36-37: the command
+ * could create a file at any path the server may write). Both sides are
+ * resolved, so a symlinked folder counts where it leads. */
+static int in_working_directory(const char *dir, char here[PATH_MAX])
+{
+    char there[PATH_MAX];
+    if (!realpath(".", here)) snprintf(here, PATH_MAX, "(the working directory: %s)", strerror(errno));
+    return realpath(".", here) && realpath(dir, there) && strcmp(here, there) == 0;
+}
+
 void mangoSnapshotCommand(client *c)
 {
     if (!mangoEnabled()) {
@@ -68,6 +81,14 @@ void mangoSnapshotCommand(client *c)
         slash == dir ? (void)(dir[1] = 0) : (void)(*slash = 0);
     if (access(slash ? dir : ".", W_OK | X_OK) != 0) {
         addReplyErrorFormat(c, "cannot write a pool snapshot in %s: %s", slash ? dir : ".", strerror(errno));
+        return;
+    }
+    char here[PATH_MAX];
+    if (!in_working_directory(slash ? dir : ".", here) &&
+        !allowProtectedAction(server.enable_protected_configs, c)) {
+        addReplyErrorFormat(c, "MANGOSNAPSHOT writes outside the working directory (dir) only with "
+                            "enable-protected-configs yes (or local, from a local connection), as moving dir "
+                            "does: %s is not in %s", path, here);
         return;
     }
     pending = sdsnew(path);

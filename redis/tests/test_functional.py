@@ -184,10 +184,11 @@ class DurableServer:
 def server_factory():
     made = []
 
-    def make(mode="emulated", env=None):
+    def make(mode="emulated", env=None, args=()):
         pooldir = FS_DIR if mode == "fs" else SHM_DIR
         s = DurableServer(mode, pooldir)
         s.env.update(env or {})
+        s.extra_args = list(args)
         made.append(s)
         assert s.start() == "FRESH"
         return s
@@ -1027,6 +1028,44 @@ class KeyWriter:
         return self.acked
 
 
+def test_a_pool_snapshot_outside_dir_needs_protected_configs(server_factory):
+    """MANGOSNAPSHOT creates a file at the path a client gives. In the
+    server's working directory (dir, where BGSAVE writes) any client that may
+    run it may do so; elsewhere it takes what moving dir takes,
+    enable-protected-configs (yes, or local from a local connection). Before
+    session 37 any client could create a pool file at any path the server
+    could write (noted by reviews, sessions 36-37). A folder in dir that is
+    a symlink to elsewhere counts as elsewhere."""
+    s = server_factory("emulated")
+    r = s.client()
+    r.set("k", "v")
+    outside = tempfile.mkdtemp(prefix="mango-snap-outside.", dir=SHM_DIR)
+    os.symlink(outside, os.path.join(s.dir, "link"))
+
+    def snapshot_to(path):
+        assert r.execute_command("MANGOSNAPSHOT", path) in (b"Background pool snapshot scheduled",
+                                                             "Background pool snapshot scheduled", True)
+        wait_until(lambda: r.info("mangosteen")["mango_snapshot_in_progress"] == 0, timeout=60, what="the snapshot")
+        assert r.info("mangosteen")["mango_snapshot_last_status"] == "ok"
+
+    try:
+        for path in (os.path.join(outside, "a.pool"), os.path.join(s.dir, "link", "a.pool")):
+            with pytest.raises(ResponseError, match="outside the working directory .* enable-protected-configs"):
+                r.execute_command("MANGOSNAPSHOT", path)
+        assert os.listdir(outside) == []
+        snapshot_to("in-dir.pool")  # relative: in dir
+        snapshot_to(os.path.join(s.dir, "also-in-dir.pool"))
+        assert os.path.exists(os.path.join(s.dir, "in-dir.pool"))
+        s.stop("kill")
+        s.extra_args = ["--enable-protected-configs", "local"]
+        s.start()
+        r = s.client()
+        snapshot_to(os.path.join(outside, "a.pool"))
+        assert os.path.exists(os.path.join(outside, "a.pool"))
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
 @pytest.mark.parametrize("mode", ["emulated", "fs"])
 def test_bgsave_backs_up_a_busy_server(server_factory, mode):
     """Backing up a running server (docs/redis.md, "Backups"): BGSAVE forks a
@@ -1151,8 +1190,10 @@ def test_a_pool_snapshot_backs_up_a_busy_server(server_factory, mode):
     snapshot, started on with --mango-pool, recovers (no import) the data
     set as it was, every write acknowledged before the command was sent,
     and a prefix of the writer's keys (a point between batches); the
-    original loses nothing after a kill -9. An existing path is refused."""
-    s = server_factory(mode)
+    original loses nothing after a kill -9. An existing path is refused.
+    (enable-protected-configs local: the snapshot in /dev/shm is outside the
+    server's dir.)"""
+    s = server_factory(mode, args=["--enable-protected-configs", "local"])
     r = s.client()
     before = loaded_for_a_backup(s)
     taken = os.path.join(s.dir, "backup.pool")
