@@ -347,31 +347,44 @@ static bool frame_waits(const conn *c, uint32_t max_request)
 }
 
 /* After c's output or held responses changed: send what may go, and choose
- * what to watch. A connection that goes back to reading runs the requests
- * that waited in its buffer. A client that shut its side gets the answers to
- * every request it sent (as before responses were held), then the
- * connection is closed. Returns false to close. */
+ * what to watch. A connection that goes back to (or stays) reading runs the
+ * complete requests that wait in its buffer. A client that shut its side
+ * gets the answers to every request it sent (as before responses were
+ * held), then the connection is closed. Returns false to close.
+ *
+ * A loop: run_requests stops when a send would block, with complete
+ * requests left in c->buf. If the client drains its socket before the flush
+ * here, everything is sent while the connection is still watched for input;
+ * those requests must run now, since nothing more may arrive to make the
+ * socket readable (a pipelining client used to wait forever). */
 static bool settle(worker *w, conn *c)
 {
-    bool sent;
-    if (!flush_out(c, &sent))
-        return false;
-    if (!sent)
-        return watch(w, c, W_WRITE);
-    if (too_many_held(c))
-        return watch(w, c, W_NONE);
-    if (c->eof) {
-        if (frame_waits(c, w->srv->cfg.max_request) && !atomic_load(&w->srv->stop))
-            return run_requests(w, c);
-        return c->n_held ? watch(w, c, W_NONE) : false;
+    for (;;) {
+        bool sent;
+        if (!flush_out(c, &sent))
+            return false;
+        if (!sent)
+            return watch(w, c, W_WRITE);
+        if (too_many_held(c))
+            return watch(w, c, W_NONE);
+        bool more = frame_waits(c, w->srv->cfg.max_request) && !atomic_load(&w->srv->stop);
+        if (c->eof) {
+            if (!more)
+                return c->n_held ? watch(w, c, W_NONE) : false;
+        } else {
+            if (!watch(w, c, W_READ))
+                return false;
+            if (!more)
+                return true;
+        }
+        if (!run_requests(w, c))
+            return false;
     }
-    if (c->watching == W_READ)
-        return true;
-    return watch(w, c, W_READ) && run_requests(w, c);
 }
 
 /* Runs every complete request in c->buf, until the client stops taking its
- * responses or too many are held. Returns false to close. */
+ * responses or too many are held; settle() then chooses what to watch.
+ * Returns false to close. */
 static bool run_requests(worker *w, conn *c)
 {
     rpc_server *s = w->srv;
@@ -412,7 +425,7 @@ static bool run_requests(worker *w, conn *c)
         memmove(c->buf, c->buf + off, c->len - off);
         c->len -= off;
     }
-    return settle(w, c);
+    return true;
 }
 
 /* Releases, in order, the held responses whose tickets are durable, and
@@ -499,7 +512,7 @@ static bool conn_readable(worker *w, conn *c)
         ssize_t k = recv(c->fd, c->buf + c->len, c->cap - c->len, 0);
         if (k > 0) {
             c->len += (size_t)k;
-            return run_requests(w, c);
+            return run_requests(w, c) && settle(w, c);
         }
         if (k == 0) { /* the client shut its side: answer what it sent first */
             c->eof = true;

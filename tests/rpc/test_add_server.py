@@ -303,6 +303,46 @@ def test_a_client_that_never_reads_stalls_only_itself(pool):
     assert ran < n, out  # the stalled client's later requests never ran
 
 
+def test_a_pipelining_client_that_reads_as_it_sends_is_answered(pool):
+    """One worker, a Unix-domain socket: a client sends 60 000 pipelined GETs
+    from one thread while another reads the replies in small pieces, for up
+    to 300 rounds or 12 s. Every reply must come. A worker used to stop running a read's
+    requests when a send would block and, if the client drained its socket
+    before the worker's next flush, left the rest in its buffer with nothing
+    to make the socket readable again: the client waited forever (a review
+    saw 8 of 30 rounds hang; without the fix this test failed in 10 of 10
+    runs, by round 0-85 of about 250)."""
+    path = pool + ".sock"
+    srv = Server(pool, "emulated", threads=1, extra=["--unix", path]).start()
+    n = 60000
+    req = frame(b"G" + struct.pack("<I", 7))
+    deadline = time.monotonic() + 12
+    rounds = 0
+    while rounds < 300 and time.monotonic() < deadline:
+        c = Client(None, path)
+        c.s.settimeout(2)  # a healthy round takes well under a second
+        sender = threading.Thread(target=c.s.sendall, args=(req * n,), daemon=True)
+        sender.start()
+        got, buf = 0, b""
+        while got < n:
+            try:
+                k = c.s.recv(700)
+            except socket.timeout:
+                pytest.fail("round %d: no reply for 2 s after %d of %d (the sender %s)" %
+                            (rounds, got, n, "had sent everything" if not sender.is_alive() else "was blocked"))
+            assert k, "closed by the server after %d replies" % got
+            buf += k
+            while len(buf) >= 12:  # each reply: a 4-byte length and an 8-byte value
+                buf = buf[12:]
+                got += 1
+        sender.join(5)
+        c.close()
+        rounds += 1
+    assert rounds >= 5, "only %d rounds in 12 s" % rounds
+    out = srv.stop()
+    assert "requests=%d" % (rounds * n) in out, out
+
+
 def test_a_half_closed_silent_client_does_not_spin_its_worker(pool):
     """A silent client that also shuts down its sending side: while its
     responses wait, the worker must sleep, not spin on the hang-up event."""
