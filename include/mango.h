@@ -230,8 +230,10 @@ typedef struct mango_rpc_config {
     unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads */
     uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */
     const char *unix_path; /* non-NULL: listen on this Unix-domain socket instead of TCP (host
-                            * and port unused; mango_rpc_port() is 0). A socket left there is
-                            * replaced, anything else refused (MANGO_EEXIST); removed at stop. */
+                            * and port unused; mango_rpc_port() is 0). A socket left there by a
+                            * server that is gone is replaced; a live server's socket, or
+                            * anything else, is refused (MANGO_EEXIST). Removed at stop if the
+                            * path still names it. */
 } mango_rpc_config;
 
 typedef struct mango_rpc_stats {
@@ -248,7 +250,7 @@ typedef struct mango_rpc_stats {
 
 /* Returns once the server listens: 0, or MANGO_EINVAL (bad configuration,
  * missing callbacks, not initialised, already serving), MANGO_EEXIST (the
- * port is taken), MANGO_EIO. */
+ * port is taken, or a server listens on unix_path), MANGO_EIO. */
 int mango_rpc_start(const mango_rpc_config *cfg);
 /* The port it listens on, or a negative error if it does not. */
 int mango_rpc_port(void);

@@ -125,6 +125,8 @@ struct rpc_server {
     int port;
     bool unix_bound;        /* listening on unix_path: removed when the server stops */
     char unix_path[108];    /* (sizeof sockaddr_un.sun_path) */
+    dev_t unix_dev;         /* the socket file bound there: removed only if the path */
+    ino_t unix_ino;         /* still names it */
     pthread_t acceptor;
     _Atomic bool stop;
     uint64_t send_timeout_ms;
@@ -692,16 +694,41 @@ static void *acceptor_main(void *arg)
 
 /* ---- start / stop ------------------------------------------------------- */
 
+/* Closes the listener, and removes the Unix-domain socket if the path still
+ * names the one this server bound: another server may have replaced it (by
+ * hand, or once this one stopped listening at the shutdown in
+ * rpc_server_stop). The check and the unlink are two steps; a replacement
+ * made between them is not guarded against. */
 static void close_listener(rpc_server *s)
 {
-    close(s->listen_fd);
-    if (s->unix_bound)
+    struct stat st;
+    if (s->unix_bound && lstat(s->unix_path, &st) == 0 && st.st_dev == s->unix_dev && st.st_ino == s->unix_ino)
         unlink(s->unix_path);
+    close(s->listen_fd);
+}
+
+/* A socket found at path may be replaced only if no server listens on it:
+ * a connect() refused (ECONNREFUSED) means the server that bound it is gone.
+ * One that answers, or whose backlog is full (EAGAIN), keeps it. */
+static int unix_socket_is_stale(const struct sockaddr_un *a, const char *path)
+{
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return mango_error(MANGO_EIO, "mango_rpc_start: socket: %s", strerror(errno));
+    int r = connect(fd, (const struct sockaddr *)a, sizeof *a);
+    int e = errno;
+    close(fd);
+    if (r != 0 && (e == ECONNREFUSED || e == ENOENT)) /* (ENOENT: removed meanwhile) */
+        return MANGO_OK;
+    if (r == 0 || e == EAGAIN || e == EINPROGRESS)
+        return mango_error(MANGO_EEXIST, "mango_rpc_start: a server is listening on %s; not replaced", path);
+    return mango_error(MANGO_EEXIST, "mango_rpc_start: %s: cannot tell whether a server listens there (%s); "
+                       "not replaced", path, strerror(e));
 }
 
 /* Listens on a Unix-domain socket at cfg.unix_path. A socket left there by
- * an earlier server is replaced; anything else at the path is refused and
- * left alone. */
+ * a server that is gone is replaced; a live server's socket, or anything
+ * else at the path, is refused and left alone. */
 static int open_unix_listener(rpc_server *s)
 {
     const char *path = s->cfg.unix_path;
@@ -715,14 +742,17 @@ static int open_unix_listener(rpc_server *s)
     if (lstat(path, &st) == 0) {
         if (!S_ISSOCK(st.st_mode))
             return mango_error(MANGO_EEXIST, "mango_rpc_start: %s exists and is not a socket; not replaced", path);
-        if (unlink(path) != 0)
+        int rc = unix_socket_is_stale(&a, path);
+        if (rc != MANGO_OK)
+            return rc;
+        if (unlink(path) != 0 && errno != ENOENT)
             return mango_error(MANGO_EIO, "mango_rpc_start: cannot replace the old socket %s: %s", path,
                                strerror(errno));
     }
     int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return mango_error(MANGO_EIO, "mango_rpc_start: socket: %s", strerror(errno));
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 512) != 0) {
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(fd, 512) != 0 || lstat(path, &st) != 0) {
         int e = errno;
         close(fd);
         return mango_error(e == EADDRINUSE ? MANGO_EEXIST : MANGO_EIO, "mango_rpc_start: %s: %s", path,
@@ -730,6 +760,8 @@ static int open_unix_listener(rpc_server *s)
     }
     s->listen_fd = fd;
     s->unix_bound = true;
+    s->unix_dev = st.st_dev;
+    s->unix_ino = st.st_ino;
     s->port = 0;
     return MANGO_OK;
 }

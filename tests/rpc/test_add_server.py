@@ -604,6 +604,37 @@ def test_unix_socket(pool):
     os.unlink(path)
 
 
+def test_unix_socket_of_a_live_server_is_kept(pool):
+    """A second server given a live server's --unix path is refused (as a
+    taken TCP port is) and the first keeps its socket; and a server whose
+    path was taken over (here: removed by hand, another server bound there)
+    leaves the newcomer's socket in place when it stops. (A review found the
+    second server replaced the live socket, and the first one's stop then
+    removed the second's.)"""
+    import stat
+    path = pool + ".sock"
+    a = Server(pool, "emulated", threads=1, extra=["--unix", path]).start()
+    ca = Client(None, path)
+    assert ca.add(1, 100) == 100
+    p = subprocess.run([BINARY, "--pool", pool + "2", "--mode", "emulated", "--unix", path],
+                       capture_output=True, text=True, timeout=10)
+    assert p.returncode == 1 and "a server is listening on " + path in p.stderr, (p.returncode, p.stderr)
+    c = Client(None, path)  # the path still reaches the first server
+    assert c.get(1) == 100
+    c.close()
+    os.unlink(path)  # taken over by hand
+    b = Server(pool + "3", "emulated", threads=1, extra=["--unix", path]).start()
+    ino = os.lstat(path).st_ino
+    a.stop()
+    assert stat.S_ISSOCK(os.lstat(path).st_mode) and os.lstat(path).st_ino == ino, "the first server removed the second's socket"
+    c = Client(None, path)
+    assert c.get(1) == 0  # the second server's own pool
+    c.close()
+    ca.close()
+    b.stop()
+    assert not os.path.exists(path)
+
+
 def test_port_in_use(pool):
     srv = Server(pool, "emulated").start()
     p = subprocess.run([BINARY, "--pool", pool + "2", "--mode", "emulated", "--port", str(srv.port)],
