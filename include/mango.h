@@ -221,8 +221,8 @@ int mango_client_submit(void *ctx, uint64_t *ticket);
  * and serves its other connections meanwhile. Requests of one connection run
  * in order; a client may send several before reading (pipelining).
  * A frame longer than max_request, a client that leaves its responses
- * unread for 10 s, or a command the runtime refuses closes that connection
- * only. Call after mango_init; one server per process. */
+ * unread for 10 s or a request frame incomplete for 10 s, or a command the
+ * runtime refuses closes that connection only. Call after mango_init; one server per process. */
 typedef struct mango_rpc_config {
     const char *host;     /* address to listen on: IPv4, IPv6 or a name (its first address
                            * that binds); NULL: 127.0.0.1 */
@@ -246,6 +246,8 @@ typedef struct mango_rpc_stats {
                              * or because a sync its held responses waited for failed */
     uint64_t held;          /* responses held until their command was durable, while
                              * the worker served other requests (fs, sim modes) */
+    uint64_t frame_timeouts; /* connections closed for leaving a request frame incomplete
+                              * for 10 s (MANGO_RPC_FRAME_TIMEOUT_MS) */
 } mango_rpc_stats;
 
 /* Returns once the server listens: 0, or MANGO_EINVAL (bad configuration,

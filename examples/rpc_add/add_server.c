@@ -326,8 +326,10 @@ int main(int argc, char **argv)
     mango_rpc_stop();
     int rc_shut = mango_shutdown();
     printf("add_server: stopped by signal %d: connections=%" PRIu64 " requests=%" PRIu64
-           " bad_frames=%" PRIu64 " send_timeouts=%" PRIu64 " refused=%" PRIu64 " held=%" PRIu64 "\n",
-           sig, rs.accepted, rs.requests, rs.bad_frames, rs.send_timeouts, rs.refused, rs.held);
+           " bad_frames=%" PRIu64 " send_timeouts=%" PRIu64 " refused=%" PRIu64 " held=%" PRIu64
+           " frame_timeouts=%" PRIu64 "\n",
+           sig, rs.accepted, rs.requests, rs.bad_frames, rs.send_timeouts, rs.refused, rs.held,
+           rs.frame_timeouts);
     if (rc_shut != MANGO_OK) {
         fprintf(stderr, "add_server: shutdown: %s\n", mango_last_error());
         return 1;

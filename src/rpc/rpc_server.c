@@ -35,8 +35,10 @@
  *
  * Bad input closes only its own connection: a frame longer than
  * max_request, a client that leaves responses unread for 10 s
- * (MANGO_RPC_SEND_TIMEOUT_MS in the environment), or a command the runtime refused (then nothing
- * of it may be acknowledged). The counters in mango_rpc_stats say why.
+ * (MANGO_RPC_SEND_TIMEOUT_MS in the environment), a request frame left
+ * incomplete for 10 s (MANGO_RPC_FRAME_TIMEOUT_MS), or a command the runtime
+ * refused (then nothing of it may be acknowledged). The counters in
+ * mango_rpc_stats say why.
  */
 #define _GNU_SOURCE
 #include "rpc/rpc_server.h"
@@ -62,7 +64,8 @@
 #include "runtime/error.h"
 #include "runtime/submit.h"
 
-#define RPC_SEND_TIMEOUT_MS 10000 /* default of MANGO_RPC_SEND_TIMEOUT_MS */
+#define RPC_SEND_TIMEOUT_MS 10000  /* default of MANGO_RPC_SEND_TIMEOUT_MS */
+#define RPC_FRAME_TIMEOUT_MS 10000 /* default of MANGO_RPC_FRAME_TIMEOUT_MS */
 #define RPC_MAX_THREADS 256
 #define RPC_DEFAULT_THREADS 8
 #define RPC_DEFAULT_MAX_REQUEST (1u << 20)
@@ -94,6 +97,8 @@ typedef struct conn {
     size_t held_head, n_held, held_cap;
     enum watching watching;
     uint64_t out_since_ms;            /* while W_WRITE: when the client last took some */
+    uint64_t frame_since_ms;          /* when the frame at the head of buf began to arrive */
+    bool partial;                     /* counted in n_partial: may hold an incomplete frame */
     struct conn *prev, *next;         /* the worker's list */
     struct conn *hprev, *hnext;       /* the worker's list of conns with held responses */
     bool in_held_list;
@@ -116,6 +121,8 @@ typedef struct worker {
     int events_left;          /* epoll events of this pass not yet handled */
     uint64_t seen_durable;    /* the durable ticket at the last release pass */
     unsigned n_blocked;       /* conns with unsent responses (waiting for EPOLLOUT) */
+    unsigned n_partial;       /* conns marked partial (some may have completed since) */
+    uint64_t last_scan_ms;    /* close_stalled's last pass */
     struct rpc_server *srv;
 } worker;
 
@@ -130,13 +137,13 @@ struct rpc_server {
     ino_t unix_ino;         /* still names it */
     pthread_t acceptor;
     _Atomic bool stop;
-    uint64_t send_timeout_ms;
+    uint64_t send_timeout_ms, frame_timeout_ms;
     _Atomic uint64_t next_client_id;
     worker *workers;
     unsigned n_workers;
     bool pipelined; /* commits are pipelined: responses are held, not waited for */
     /* mango_rpc_stats */
-    _Atomic uint64_t accepted, closed, requests, bad_frames, send_timeouts, refused, held;
+    _Atomic uint64_t accepted, closed, requests, bad_frames, send_timeouts, refused, held, frame_timeouts;
 };
 
 /* ---- connections (worker thread only) --------------------------------- */
@@ -168,6 +175,8 @@ static void conn_close(worker *w, conn *c)
     w->n_conns--;
     if (c->watching == W_WRITE)
         w->n_blocked--;
+    if (c->partial)
+        w->n_partial--;
     if (c->in_held_list)
         held_list_remove(w, c);
     free(c->buf);
@@ -403,8 +412,13 @@ static bool settle(worker *w, conn *c)
         } else {
             if (!watch(w, c, W_READ))
                 return false;
-            if (!more)
+            if (!more) {
+                if (c->len > 0 && !c->partial) { /* timed by close_stalled */
+                    c->partial = true;
+                    w->n_partial++;
+                }
                 return true;
+            }
         }
         if (!run_requests(w, c))
             return false;
@@ -453,6 +467,8 @@ static bool run_requests(worker *w, conn *c)
     if (off > 0) {
         memmove(c->buf, c->buf + off, c->len - off);
         c->len -= off;
+        if (c->len > 0) /* the next frame's first bytes: its time starts now */
+            c->frame_since_ms = now_ms();
     }
     /* A buffer grown for a large request goes back to its usual size once
      * that request ran (200 idle connections that had sent a 1 MiB request
@@ -555,6 +571,8 @@ static bool conn_readable(worker *w, conn *c)
     for (;;) {
         ssize_t k = recv(c->fd, c->buf + c->len, room, 0);
         if (k > 0) {
+            if (c->len == 0) /* a new frame begins */
+                c->frame_since_ms = now_ms();
             c->len += (size_t)k;
             return run_requests(w, c) && settle(w, c);
         }
@@ -605,15 +623,29 @@ static bool conn_writable(worker *w, conn *c)
 }
 
 /* Closes the connections whose client left responses unread for the send
- * timeout. */
+ * timeout, or left a request frame incomplete for the frame timeout (it
+ * would keep up to max_request bytes of buffer). Looks every 100 ms. */
 static void close_stalled(worker *w)
 {
     uint64_t now = now_ms();
+    if (now - w->last_scan_ms < 100)
+        return;
+    w->last_scan_ms = now;
     for (conn *c = w->conns, *next; c; c = next) {
         next = c->next;
         if (c->watching == W_WRITE && now - c->out_since_ms >= w->srv->send_timeout_ms) {
             atomic_fetch_add(&w->srv->send_timeouts, 1);
             conn_close(w, c);
+        } else if (c->partial) {
+            /* Only while read: waiting for the client to take responses, or
+             * for held ones, is timed (or not) elsewhere. */
+            if (c->watching != W_READ || c->len == 0 || frame_waits(c, w->srv->cfg.max_request)) {
+                c->partial = false;
+                w->n_partial--;
+            } else if (now - c->frame_since_ms >= w->srv->frame_timeout_ms) {
+                atomic_fetch_add(&w->srv->frame_timeouts, 1);
+                conn_close(w, c);
+            }
         }
     }
 }
@@ -643,7 +675,7 @@ static void *worker_main(void *arg)
     worker *w = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&w->srv->stop)) {
-        int timeout = await_durable(w, w->n_blocked ? 100 : -1);
+        int timeout = await_durable(w, w->n_blocked || w->n_partial ? 100 : -1);
         int n = epoll_wait(w->epfd, evs, 64, timeout);
         if (n < 0)
             continue; /* EINTR (nothing else can fail on a valid epoll fd) */
@@ -666,7 +698,7 @@ static void *worker_main(void *arg)
                 conn_close(w, c);
         }
         w->events_left = 0;
-        if (w->n_blocked)
+        if (w->n_blocked || w->n_partial)
             close_stalled(w);
     }
     /* Stopping: the commands that ran are answered once durable (one try to
@@ -884,6 +916,22 @@ static void free_workers(rpc_server *s)
     free(s->workers);
 }
 
+/* A timeout from the environment: name's value in milliseconds, 100 to
+ * 3600000, or def if unset or empty. */
+static int env_ms(const char *name, uint64_t def, uint64_t *out)
+{
+    *out = def;
+    const char *v = getenv(name);
+    if (!v || !*v)
+        return MANGO_OK;
+    char *end;
+    unsigned long long ms = strtoull(v, &end, 10);
+    if (*end || ms < 100 || ms > 3600000)
+        return mango_error(MANGO_EINVAL, "%s=%s: expected milliseconds, 100 to 3600000", name, v);
+    *out = ms;
+    return MANGO_OK;
+}
+
 int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_callbacks *cb,
                      unsigned max_threads)
 {
@@ -909,17 +957,10 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         return mango_error(MANGO_EINVAL, "mango_rpc_start: %u worker threads; at most %u "
                            "(mango_config.max_threads - 1, and %u)", cfg->threads, limit, RPC_MAX_THREADS);
     }
-    s->send_timeout_ms = RPC_SEND_TIMEOUT_MS;
-    const char *to = getenv("MANGO_RPC_SEND_TIMEOUT_MS");
-    if (to && *to) {
-        char *end;
-        unsigned long long v = strtoull(to, &end, 10);
-        if (*end || v < 100 || v > 3600000) {
-            free(s);
-            return mango_error(MANGO_EINVAL, "MANGO_RPC_SEND_TIMEOUT_MS=%s: expected milliseconds, "
-                               "100 to 3600000", to);
-        }
-        s->send_timeout_ms = v;
+    if (env_ms("MANGO_RPC_SEND_TIMEOUT_MS", RPC_SEND_TIMEOUT_MS, &s->send_timeout_ms) != MANGO_OK ||
+        env_ms("MANGO_RPC_FRAME_TIMEOUT_MS", RPC_FRAME_TIMEOUT_MS, &s->frame_timeout_ms) != MANGO_OK) {
+        free(s);
+        return MANGO_EINVAL;
     }
     if (s->cfg.max_request > (1u << 30)) {
         free(s);
@@ -984,6 +1025,7 @@ void rpc_server_stats(const rpc_server *s, mango_rpc_stats *out)
     out->send_timeouts = atomic_load(&s->send_timeouts);
     out->refused = atomic_load(&s->refused);
     out->held = atomic_load(&s->held);
+    out->frame_timeouts = atomic_load(&s->frame_timeouts);
 }
 
 void rpc_server_stop(rpc_server *s)

@@ -574,6 +574,48 @@ def test_idle_connections_do_not_keep_large_buffers(pool):
     srv.stop()
 
 
+def closed_by_server(sock):
+    """True if the server closed sock (EOF or reset), False if it is open."""
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+def test_an_incomplete_frame_is_closed_after_the_frame_timeout(pool):
+    """MANGO_RPC_FRAME_TIMEOUT_MS=600: a client that sends part of a small
+    frame, and one that sends all of a 1 MiB frame but its last byte, are
+    closed once their frame stayed incomplete that long, not before; an idle
+    client with no partial frame, and one that completes its frame in time,
+    are served on. (A review found such frames held forever, with up to
+    max_request bytes of buffer each.)"""
+    srv = Server(pool, "emulated", threads=1, env={"MANGO_RPC_FRAME_TIMEOUT_MS": "600"}).start()
+    idle, late = Client(srv.port), Client(srv.port)
+    small, big = Client(srv.port), Client(srv.port)
+    t0 = time.monotonic()
+    small.s.sendall(frame(b"A" + struct.pack("<Iq", 1, 1))[:7])
+    big.s.sendall(frame(b"G" + b"\0" * ((1 << 20) - 1))[:-1])
+    get2 = frame(b"G" + struct.pack("<I", 2))
+    late.s.sendall(get2[:3])
+    time.sleep(0.3)
+    assert not closed_by_server(small.s) and not closed_by_server(big.s), "closed before the timeout"
+    late.s.sendall(get2[3:])  # completed within the timeout: answered
+    assert struct.unpack("<q", late.reply())[0] == 0
+    time.sleep(0.9)
+    assert time.monotonic() - t0 < 5  # a test too slow to say anything
+    assert closed_by_server(small.s) and closed_by_server(big.s), "an incomplete frame outlived the timeout"
+    assert idle.get(1) == 0 and late.get(1) == 0
+    for c in (idle, late, small, big):
+        c.close()
+    out = srv.stop()
+    assert "frame_timeouts=2" in out, out
+
+
 def test_bad_options():
     for args in (["--mode", "tape"], ["--port", "70000"], ["--threads", "0"], ["--pool-size", "big"], ["extra"]):
         p = subprocess.run([BINARY] + args, capture_output=True, text=True)
