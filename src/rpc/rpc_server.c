@@ -917,17 +917,20 @@ static void free_workers(rpc_server *s)
 }
 
 /* A timeout from the environment: name's value in milliseconds, 100 to
- * 3600000, or def if unset or empty. */
+ * 3600000, or def if unset or empty. Only decimal digits: strtoull alone
+ * would also take leading spaces and a sign, and wrap a negative number
+ * around ("-18446744073709551115" read as 501). */
 static int env_ms(const char *name, uint64_t def, uint64_t *out)
 {
     *out = def;
     const char *v = getenv(name);
     if (!v || !*v)
         return MANGO_OK;
-    char *end;
-    unsigned long long ms = strtoull(v, &end, 10);
-    if (*end || ms < 100 || ms > 3600000)
-        return mango_error(MANGO_EINVAL, "%s=%s: expected milliseconds, 100 to 3600000", name, v);
+    size_t digits = strspn(v, "0123456789");
+    unsigned long long ms = digits == strlen(v) ? strtoull(v, NULL, 10) : 0;
+    if (ms < 100 || ms > 3600000) /* (too many digits: ULLONG_MAX) */
+        return mango_error(MANGO_EINVAL, "%s=\"%s\": expected milliseconds, digits only, 100 to 3600000",
+                           name, v);
     *out = ms;
     return MANGO_OK;
 }
@@ -953,9 +956,12 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         s->cfg.max_request = RPC_DEFAULT_MAX_REQUEST;
     if (s->cfg.threads > RPC_MAX_THREADS || s->cfg.threads >= max_threads) {
         unsigned limit = max_threads - 1 < RPC_MAX_THREADS ? max_threads - 1 : RPC_MAX_THREADS;
+        unsigned n = s->cfg.threads; /* the effective count: cfg->threads may be 0 */
         free(s);
-        return mango_error(MANGO_EINVAL, "mango_rpc_start: %u worker threads; at most %u "
-                           "(mango_config.max_threads - 1, and %u)", cfg->threads, limit, RPC_MAX_THREADS);
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: %u worker threads%s; at most %u "
+                           "(mango_config.max_threads - 1, and %u)", n,
+                           cfg->threads ? "" : " (the default, for threads = 0)", limit,
+                           RPC_MAX_THREADS);
     }
     if (env_ms("MANGO_RPC_SEND_TIMEOUT_MS", RPC_SEND_TIMEOUT_MS, &s->send_timeout_ms) != MANGO_OK ||
         env_ms("MANGO_RPC_FRAME_TIMEOUT_MS", RPC_FRAME_TIMEOUT_MS, &s->frame_timeout_ms) != MANGO_OK) {
