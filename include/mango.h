@@ -256,6 +256,8 @@ typedef struct mango_rpc_stats {
 int mango_rpc_start(const mango_rpc_config *cfg);
 /* The port it listens on, or a negative error if it does not. */
 int mango_rpc_port(void);
+/* The running server's counters (zeros if none). This and mango_rpc_port
+ * may be called from any thread, also during mango_rpc_stop. */
 void mango_rpc_get_stats(mango_rpc_stats *out);
 /* Stops accepting, closes every connection, joins the threads. Commands in
  * progress finish first. Call before mango_shutdown. */

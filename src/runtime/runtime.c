@@ -1579,7 +1579,15 @@ static int bulk_finish(void)
 
 /* ---- RPC mode (src/rpc) ---- */
 
+/* The running server. mango_rpc_get_stats and mango_rpc_port may be called
+ * from any thread, also while another stops the server: rpc_mu guards the
+ * pointer and those reads, so a stop cannot free the server under them. A
+ * stop takes the server out under the lock and stops it outside it (a
+ * callback of a worker being joined may call them: it then finds no
+ * server). Starts and stops themselves are not made safe against each
+ * other (one server per process, started and stopped by one thread). */
 static rpc_server *rpc;
+static pthread_mutex_t rpc_mu = PTHREAD_MUTEX_INITIALIZER;
 
 int mango_rpc_start(const mango_rpc_config *cfg)
 {
@@ -1590,28 +1598,39 @@ int mango_rpc_start(const mango_rpc_config *cfg)
     if (rpc)
         return mango_error(MANGO_EINVAL, "mango_rpc_start: already serving on port %d", rpc_server_port(rpc));
     mango_rpc_config none = {0};
-    int rc = rpc_server_start(&rpc, cfg ? cfg : &none, &rt.cb, rt.cfg.max_threads ? rt.cfg.max_threads : 64);
-    if (rc == MANGO_OK && rt.pipe.deferred_ok) {
+    rpc_server *s = NULL;
+    int rc = rpc_server_start(&s, cfg ? cfg : &none, &rt.cb, rt.cfg.max_threads ? rt.cfg.max_threads : 64);
+    if (rc != MANGO_OK)
+        return rc;
+    pthread_mutex_lock(&rpc_mu);
+    rpc = s;
+    pthread_mutex_unlock(&rpc_mu);
+    if (rt.pipe.deferred_ok) {
         /* Workers hold responses and wait for the listener's wake-up. One
          * call by hand covers an advance made before it was installed. */
-        pipeline_set_listener(&rt.pipe, rpc_server_durable_advanced, rpc);
+        pipeline_set_listener(&rt.pipe, rpc_server_durable_advanced, s);
         int err = 0;
         uint64_t d = pipeline_durable(&rt.pipe, &err);
-        rpc_server_durable_advanced(rpc, d, err != 0);
+        rpc_server_durable_advanced(s, d, err != 0);
     }
-    return rc;
+    return MANGO_OK;
 }
 
 int mango_rpc_port(void)
 {
-    return rpc ? rpc_server_port(rpc) : mango_error(MANGO_EINVAL, "mango_rpc_port: not serving");
+    pthread_mutex_lock(&rpc_mu);
+    int port = rpc ? rpc_server_port(rpc) : -1;
+    pthread_mutex_unlock(&rpc_mu);
+    return port >= 0 ? port : mango_error(MANGO_EINVAL, "mango_rpc_port: not serving");
 }
 
 void mango_rpc_get_stats(mango_rpc_stats *out)
 {
     memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&rpc_mu);
     if (rpc)
         rpc_server_stats(rpc, out);
+    pthread_mutex_unlock(&rpc_mu);
 }
 
 /* The listener first (it returns once no call is in progress): the sync
@@ -1620,8 +1639,11 @@ static void stop_rpc_server(void)
 {
     if (rt.pipe.deferred_ok)
         pipeline_set_listener(&rt.pipe, NULL, NULL);
-    rpc_server_stop(rpc);
+    pthread_mutex_lock(&rpc_mu);
+    rpc_server *s = rpc;
     rpc = NULL;
+    pthread_mutex_unlock(&rpc_mu);
+    rpc_server_stop(s);
 }
 
 int mango_rpc_stop(void)
