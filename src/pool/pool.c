@@ -533,6 +533,16 @@ static int validate(pool *p, const char *path, size_t file_size)
     }
     if (heaps != 1)
         return mango_error(MANGO_EBADPOOL, "%s: %u heap regions (one expected)", path, heaps);
+    /* Recovery writes each region at its vaddr: two regions over the same
+     * memory would each restore over the other (and make the data-region
+     * comparison of check_expected ambiguous). */
+    for (unsigned i = 0; i < h->region_count; i++)
+        for (unsigned j = i + 1; j < h->region_count; j++)
+            if (regs[i].vaddr < regs[j].vaddr + regs[j].size && regs[j].vaddr < regs[i].vaddr + regs[i].size)
+                return mango_error(MANGO_EBADPOOL, "%s: regions %u and %u overlap in memory (%#llx+%llu, "
+                                   "%#llx+%llu)", path, i, j, (unsigned long long)regs[i].vaddr,
+                                   (unsigned long long)regs[i].size, (unsigned long long)regs[j].vaddr,
+                                   (unsigned long long)regs[j].size);
     for (unsigned i = 0; i < spans; i++) {
         if (span_at[i] < POOL_REGIONS_OFFSET + PAGE)
             return mango_error(MANGO_EBADPOOL, "%s: the log or a region overlaps the pool's header", path);
@@ -560,13 +570,50 @@ int pool_open(pool *p, const char *path, persist_mode mode, bool writable)
     return pool_open_expecting(p, path, mode, writable, NULL);
 }
 
+/* Does the pool hold a data region of exactly [vaddr, vaddr + size)? */
+static bool has_data_region(const pool *p, uint64_t vaddr, uint64_t size)
+{
+    for (unsigned i = 0; i < p->nregions; i++)
+        if (p->regions[i].kind == POOL_REGION_DATA && p->regions[i].vaddr == vaddr && p->regions[i].size == size)
+            return true;
+    return false;
+}
+
 static int check_expected(const pool *p, const pool_expect *e)
 {
     int rc = pool_check_fingerprint(p, e->fingerprint, e->fingerprint_text);
     if (rc == MANGO_OK && p->hdr->heap_base != e->heap_base)
         rc = mango_error(MANGO_ELAYOUT, "pool's durable heap is at %#llx, configuration says %#llx",
                          (unsigned long long)p->hdr->heap_base, (unsigned long long)e->heap_base);
-    return rc;
+    if (rc != MANGO_OK || e->n_data == 0)
+        return rc;
+    /* Same fingerprint, so same objects at the same addresses; the data
+     * regions must match too (pool.h: the fingerprint does not cover their
+     * sizes). Regions do not overlap (validate), so equal counts and every
+     * expected region present means equal sets. */
+    unsigned n = 0;
+    for (unsigned i = 0; i < p->nregions; i++)
+        n += p->regions[i].kind == POOL_REGION_DATA;
+    bool same = n == e->n_data;
+    for (unsigned i = 0; same && i < e->n_data; i++)
+        same = has_data_region(p, e->data_vaddr[i], e->data_size[i]);
+    if (same)
+        return MANGO_OK;
+    char pool_txt[512] = "", proc_txt[512] = "";
+    size_t a = 0, b = 0;
+    for (unsigned i = 0; i < p->nregions && a < sizeof pool_txt; i++)
+        if (p->regions[i].kind == POOL_REGION_DATA)
+            a += (size_t)snprintf(pool_txt + a, sizeof pool_txt - a, " %#llx+%llu",
+                                  (unsigned long long)p->regions[i].vaddr, (unsigned long long)p->regions[i].size);
+    for (unsigned i = 0; i < e->n_data && b < sizeof proc_txt; i++)
+        b += (size_t)snprintf(proc_txt + b, sizeof proc_txt - b, " %#llx+%llu",
+                              (unsigned long long)e->data_vaddr[i], (unsigned long long)e->data_size[i]);
+    return mango_error(MANGO_ELAYOUT,
+                       "pool was written by a process with a different layout: its executable's data "
+                       "regions (.data/.bss) differ although the fingerprint matches (a program rebuilt "
+                       "at the same path without a GNU build-id?); the pool is left unchanged.\n"
+                       "  pool:   %u data region%s%s\n  process: %u data region%s%s",
+                       n, n == 1 ? "" : "s", pool_txt, e->n_data, e->n_data == 1 ? "" : "s", proc_txt);
 }
 
 int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writable, const pool_expect *expect)

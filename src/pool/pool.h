@@ -77,11 +77,20 @@ int pool_publish_no_replace(const char *tmp, const char *path);
  * writable: lock exclusively and map read-write. */
 int pool_open(pool *p, const char *path, persist_mode mode, bool writable);
 /* What the opener needs the pool to be: written by a process with this
- * layout (fingerprint) and with its durable heap at heap_base. */
+ * layout (fingerprint), with its durable heap at heap_base and, when n_data
+ * is not 0, with exactly these executable data regions (vaddr and size, in
+ * any order). The fingerprint hashes each object's path, load address and
+ * build-id but not its segments' sizes: a binary without a build-id rebuilt
+ * at the same path with other .data/.bss keeps its fingerprint, and only
+ * this comparison tells that recovery would write old bytes over other
+ * variables (or over unmapped memory, for a crafted table). */
 typedef struct pool_expect {
     uint64_t fingerprint;
     const char *fingerprint_text;
     uint64_t heap_base;
+    unsigned n_data;
+    uint64_t data_vaddr[POOL_MAX_REGIONS - 1];
+    uint64_t data_size[POOL_MAX_REGIONS - 1];
 } pool_expect;
 /* pool_open that also checks expect (may be NULL) on the read-only view,
  * before a writable open writes anything (a sparse pool's fill): a pool

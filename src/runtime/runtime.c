@@ -693,8 +693,14 @@ static int open_durable(const mango_config *cfg, int *status)
     }
     /* (The layout and heap address are checked before a sparse pool's fill
      * writes anything.) */
+    /* The data regions too: the fingerprint does not cover their sizes
+     * (pool.h, pool_expect). */
     pool_expect expect = {.fingerprint = rt.layout.fingerprint, .fingerprint_text = rt.layout.text,
-                          .heap_base = cfg->heap_base};
+                          .heap_base = cfg->heap_base, .n_data = rt.layout.n_data};
+    for (unsigned i = 0; i < rt.layout.n_data; i++) {
+        expect.data_vaddr[i] = rt.layout.data_lo[i];
+        expect.data_size[i] = rt.layout.data_hi[i] - rt.layout.data_lo[i];
+    }
     rc = pool_open_expecting(&rt.pool, rt.pool_path, to_persist_mode(cfg->mode), true, &expect);
     if (rc)
         return rc;

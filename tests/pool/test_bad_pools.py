@@ -463,6 +463,53 @@ def test_header_fields_no_build_writes(workdir, case):
         assert_refused(p, "is malformed")
 
 
+@pytest.mark.parametrize("case", ["unmapped", "shifted", "smaller"])
+def test_data_region_the_process_does_not_have(workdir, case):
+    """A data region (checksums fixed) that is not the opening process's
+    .data/.bss: at an address where nothing is mapped, over the executable's
+    code, or of another size. Structurally sound, so `mango check` accepts it
+    (it cannot know which program will open it, as with a foreign
+    fingerprint); the open compares the regions with its own before writing
+    anything and refuses the pool as a different layout, unchanged. Before,
+    recovery rewrote both head slots and then died of SIGSEGV restoring the
+    bitmap's bytes at that address (found by a review, session 37). The same
+    comparison refuses a binary rebuilt without a build-id
+    (test_layout_regions.py)."""
+    p = make_pool(workdir)
+    n = inspect_json(p)["header"]["region_count"]
+    kinds = [struct.unpack("<I", read_at(p, REGIONS_OFFSET + i * REGION_SIZE, 4))[0] for i in range(n)]
+    data = kinds.index(2)
+    vaddr = struct.unpack("<Q", read_at(p, region_field(data, "vaddr"), 8))[0]
+    size = struct.unpack("<Q", read_at(p, region_field(data, "size"), 8))[0]
+    if case == "unmapped":
+        write_at(p, region_field(data, "vaddr"), struct.pack("<Q", 1 << 32))
+    elif case == "shifted":
+        write_at(p, region_field(data, "vaddr"), struct.pack("<Q", vaddr - 0x40000))
+    else:
+        write_at(p, region_field(data, "size"), struct.pack("<Q", size - 32))
+    rewrite_region_table(p, n)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, (c.stdout, c.stderr)
+    k = reopen(p)
+    assert k.returncode == 2, (k.returncode, k.stdout, k.stderr)
+    assert "different layout" in k.stderr and "data regions" in k.stderr and "left unchanged" in k.stderr, k.stderr
+    assert sha256(p) == before, "refusing the pool modified it"
+
+
+def test_regions_overlapping_in_memory(workdir):
+    """A data region placed over the heap's addresses (checksums fixed):
+    recovery would restore each over the other. Refused by check and open."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    n = info["header"]["region_count"]
+    kinds = [struct.unpack("<I", read_at(p, REGIONS_OFFSET + i * REGION_SIZE, 4))[0] for i in range(n)]
+    data = kinds.index(2)
+    write_at(p, region_field(data, "vaddr"), struct.pack("<Q", info["header"]["heap_base"] + 4096))
+    rewrite_region_table(p, n)
+    assert_refused(p, "overlap in memory")
+
+
 # ---- in use ----
 def test_in_use_flock(workdir):
     """Another process holding the pool's exclusive lock: both refuse with 'in
