@@ -522,6 +522,13 @@ static int validate(pool *p, const char *path, size_t file_size)
             (!heap && !span_fits(r->bitmap_offset, bitmap_bytes, file_size)) ||
             (heap && (r->vaddr != h->heap_base || r->size != h->heap_capacity)))
             return mango_error(MANGO_EBADPOOL, "%s: region %u is malformed", path, i);
+        /* Recovery and `mango check` read the allocator's root from the
+         * heap's mirror: a smaller heap would be read past its end (past
+         * the mapping, at the file's end). */
+        if (heap && (r->size < POOL_MIN_HEAP_SIZE || r->size % PAGE))
+            return mango_error(MANGO_EBADPOOL, "%s: region %u, the heap, is malformed: %llu bytes (whole "
+                               "pages, at least %u, expected)", path, i, (unsigned long long)r->size,
+                               POOL_MIN_HEAP_SIZE);
         heaps += heap;
         span_at[spans] = r->mirror_offset;
         span_len[spans++] = r->size;

@@ -23,6 +23,10 @@
 #define POOL_REGIONS_OFFSET 8192u
 #define POOL_MAX_REGIONS 16u
 #define POOL_FINGERPRINT_TEXT 2048u
+/* The smallest heap region a pool may have: the allocator's root and a page
+ * for the first chunk (what dheap_attach accepts), in whole pages. Heap
+ * regions are whole pages; pool_create makes them 16 pages or more. */
+#define POOL_MIN_HEAP_SIZE 8192u
 
 typedef struct pool_header {
     char magic[8];

@@ -11,11 +11,18 @@
 
 #define PAGE_BYTES 4096u
 
+/* validate() (pool.c) refuses smaller heaps: the root always fits. */
+_Static_assert(POOL_MIN_HEAP_SIZE >= DHEAP_FIRST_CHUNK + PAGE_BYTES &&
+                   POOL_MIN_HEAP_SIZE >= sizeof(dheap_root),
+               "a valid pool's heap holds the root and what dheap_attach needs");
+
 void heap_preview_init(heap_preview *hp, const pool *p, const pool_region *heap)
 {
     memset(hp, 0, sizeof *hp);
     hp->heap = heap;
-    memcpy(&hp->root, p->base + heap->mirror_offset, sizeof hp->root);
+    /* (Bounded anyway: the mirror's end may be the mapping's.) */
+    size_t n = heap->size < sizeof hp->root ? (size_t)heap->size : sizeof hp->root;
+    memcpy(&hp->root, p->base + heap->mirror_offset, n);
 }
 
 int heap_preview_map(heap_preview *hp, const pool *p)

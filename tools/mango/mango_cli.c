@@ -585,7 +585,7 @@ int check_one(const char *path, bool quiet, bool walk_heap)
 
     scan_ctx c = {.p = &p, .check_entries = true};
     const pool_region *heap = pool_find_region(&p, POOL_REGION_HEAP);
-    if (heap && heap->size >= sizeof(dheap_root))
+    if (heap) /* (pool_open refused a heap too small for its root, as recovery's open does) */
         heap_preview_init(&c.hp, &p, heap);
     int e = c.hp.heap && walk_heap ? heap_preview_map(&c.hp, &p) : 0;
     if (e)
