@@ -264,6 +264,11 @@ static const log_frame *frame_at(const char *ring, uint64_t cap, uint64_t pos, u
                                  uint64_t gen, bool check_payload, char *why, size_t whylen)
 {
     uint64_t off = pos % cap;
+    if (off > cap - sizeof(log_frame)) { /* (an unaligned position: the header would cross the end) */
+        snprintf(why, whylen, "frame position %llu is not %zu-byte aligned", (unsigned long long)pos,
+                 sizeof(log_frame));
+        return NULL;
+    }
     const log_frame *f = (const log_frame *)(ring + off);
     if (f->magic != LOG_FRAME_MAGIC || f->header_crc != frame_header_crc(f)) {
         snprintf(why, whylen, "frame header checksum mismatch");
@@ -301,6 +306,8 @@ static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos
     *dropped = 0;
     for (uint64_t d = 64; d < cap; d += 64) {
         uint64_t cand = pos + d;
+        if (cand % cap > cap - sizeof(log_frame))
+            continue; /* (only from an unaligned pos, which frame_at refuses) */
         const log_frame *f = (const log_frame *)(ring + cand % cap);
         if (f->magic != LOG_FRAME_MAGIC || f->lsn != cand || f->seq < seq || f->seq - seq > cap / 64)
             continue;
@@ -347,7 +354,8 @@ static int scan(const char *ring, uint64_t cap, uint64_t from_lsn, uint64_t from
             /* Torn: a frame of this lap was started here. Anything else (a
              * stale frame from an earlier lap, zeroes) is the log's clean end. */
             const log_frame *t = (const log_frame *)(ring + pos % cap);
-            out->torn_tail = (t->magic == LOG_FRAME_MAGIC && t->lsn == pos &&
+            bool fits = pos % cap <= cap - sizeof(log_frame); /* (see frame_at) */
+            out->torn_tail = (fits && t->magic == LOG_FRAME_MAGIC && t->lsn == pos &&
                               t->generation == generation) ||
                              out->dropped_after_torn > 0;
             out->torn_lsn = pos;

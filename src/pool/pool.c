@@ -478,6 +478,13 @@ static bool span_fits(uint64_t at, uint64_t len, uint64_t size)
     return at <= size && len <= size - at;
 }
 
+bool pool_slot_valid(const pool_head_slot *s)
+{
+    /* An unaligned head_lsn (no build writes one) would make the log scan
+     * read a frame header across the ring's end, past the mapping. */
+    return s->crc == slot_crc(s) && s->head_lsn % 64 == 0;
+}
+
 static int validate(pool *p, const char *path, size_t file_size)
 {
     if (file_size < POOL_REGIONS_OFFSET + PAGE)
@@ -559,9 +566,11 @@ static int validate(pool *p, const char *path, size_t file_size)
     }
     p->nregions = h->region_count;
     const pool_head_slot *s = (const pool_head_slot *)(p->base + POOL_HEAD_OFFSET);
-    bool ok0 = s[0].crc == slot_crc(&s[0]), ok1 = s[1].crc == slot_crc(&s[1]);
+    bool ok0 = pool_slot_valid(&s[0]), ok1 = pool_slot_valid(&s[1]);
     if (!ok0 && !ok1)
-        return mango_error(MANGO_EBADPOOL, "%s: both log head slots are corrupt", path);
+        return mango_error(MANGO_EBADPOOL, "%s: both log head slots are corrupt%s", path,
+                           s[0].crc == slot_crc(&s[0]) || s[1].crc == slot_crc(&s[1])
+                               ? " (a head_lsn that is not a multiple of 64)" : "");
     unsigned newest = (ok0 && (!ok1 || s[0].advance > s[1].advance)) ? 0 : 1;
     p->head = s[newest];
     p->head_slot = newest;

@@ -105,6 +105,11 @@ void pool_forget_in_child(pool *p);
 /* Check the pool was written by a process with this layout. */
 int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text);
 
+/* Is this head slot usable: its checksum matches and its head_lsn is a frame
+ * position (64-byte aligned, as every frame is)? A slot that is not counts as
+ * corrupt: the other one is used, as for a checksum mismatch. */
+bool pool_slot_valid(const pool_head_slot *s);
+
 /* Persist a new head into the older slot (flush + sync), making it the newest. */
 int pool_write_head(pool *p, uint64_t head_lsn, uint64_t next_seq, uint64_t generation,
                     bool clean);

@@ -612,6 +612,55 @@ def test_both_head_slots_damaged(workdir):
     assert_refused(p, "both log head slots are corrupt")
 
 
+def set_slot_head_lsn(path, i, head_lsn):
+    """Give head slot i another head_lsn, its checksum recomputed."""
+    off = HEAD_OFFSET + i * SLOT_SIZE
+    write_at(path, off + 8, struct.pack("<Q", head_lsn))
+    write_at(path, off + 36, struct.pack("<I", crc32c(read_at(path, off, 36))))
+
+
+@pytest.mark.parametrize("which", ["newest", "both"])
+def test_unaligned_head_lsn(workdir, which):
+    """A head slot (checksum fixed) whose head_lsn is not a multiple of 64,
+    with the log ring moved to the end of the file (the file grown to make
+    room, checksums fixed) and "MGLF" in the ring's last 8 bytes: the scan
+    read a 64-byte frame header at head_lsn % log_size, past the end of the
+    mapping, and check, inspect and the open all died of SIGSEGV (found by a
+    review, session 37). Such a slot now counts as corrupt: with the other
+    slot sound, check warns and the open uses the other one; with both,
+    the pool is refused, unchanged."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    n = info["header"]["region_count"]
+    cap = info["header"]["log_size"]
+    old_size = os.path.getsize(p)
+    size = old_size + cap
+    os.truncate(p, size)
+    write_at(p, HDR_POOL_SIZE, struct.pack("<Q", size))
+    write_at(p, HDR_LOG_OFFSET, struct.pack("<Q", old_size))
+    fix_header_crc(p)
+    write_at(p, size - 8, struct.pack("<I", 0x464C474D))
+    newest = [s["index"] for s in info["head_slots"] if s["newest"]][0]
+    for i in ([newest] if which == "newest" else [0, 1]):
+        set_slot_head_lsn(p, i, cap - 8)
+    if which == "both":
+        assert_refused(p, "both log head slots are corrupt", "multiple of 64")
+        return
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, (c.returncode, c.stderr)
+    assert "slot %d is corrupt" % newest in c.stderr
+    i = run(MANGO, "inspect", p)
+    assert i.returncode == 0, (i.returncode, i.stderr)
+    slots = inspect_json(p)["head_slots"]
+    assert not slots[newest]["valid"] and slots[1 - newest]["valid"] and slots[1 - newest]["newest"]
+    assert sha256(p) == before
+    k = reopen(p)
+    assert k.returncode == 0 and "RECOVERED" in k.stdout, (k.returncode, k.stdout, k.stderr)
+    c = check(p)
+    assert c.returncode == 0 and c.stderr == "", c.stderr
+
+
 # ---- log frames ----
 def test_corrupt_frame_followed_by_committed_frame(workdir):
     """A flipped bit in the first pending frame's payload, with committed

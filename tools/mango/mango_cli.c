@@ -194,8 +194,6 @@ static const char *region_kind_name(uint32_t k)
     return k == POOL_REGION_HEAP ? "heap" : k == POOL_REGION_DATA ? "data" : "?";
 }
 
-static uint32_t slot_crc(const pool_head_slot *s) { return crc32c(0, s, offsetof(pool_head_slot, crc)); }
-
 static void json_str(FILE *o, const char *s, size_t max)
 {
     fputc('"', o);
@@ -396,7 +394,7 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     printf("head slots:\n");
     for (unsigned i = 0; i < 2; i++) {
         const pool_head_slot *s = &p->slots[i];
-        bool ok = s->crc == slot_crc(s);
+        bool ok = pool_slot_valid(s); /* (recovery's rule: checksum and an aligned head_lsn) */
         printf("  slot %u: %-7s advance %" PRIu64 " head_lsn %" PRIu64 " next_seq %" PRIu64
                " generation %" PRIu64 " clean %u%s\n",
                i, ok ? "valid" : "CORRUPT", s->advance, s->head_lsn, s->next_seq, s->generation,
@@ -472,7 +470,7 @@ static void print_json(const char *path, const pool *p, const log_scan_result *r
                    ", \"head_lsn\": %" PRIu64 ", \"next_seq\": %" PRIu64 ", \"generation\": %" PRIu64
                    ", \"clean\": %u}",
                 i ? "," : "", i, POOL_HEAD_OFFSET + i * (unsigned)sizeof *s,
-                s->crc == slot_crc(s) ? "true" : "false", i == p->head_slot ? "true" : "false",
+                pool_slot_valid(s) ? "true" : "false", i == p->head_slot ? "true" : "false",
                 s->advance, s->head_lsn, s->next_seq, s->generation, s->clean);
     }
     fprintf(o, "\n  ],\n  \"slot_damaged\": %s,\n", p->slot_damaged ? "true" : "false");
