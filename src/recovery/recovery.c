@@ -88,8 +88,9 @@ int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tai
     rep->torn_tail = res.torn_tail;
     rep->torn_lsn = res.torn_lsn;
     if (res.torn_tail)
-        recovery_tracef("replay: torn tail discarded at lsn %llu (a batch never acknowledged)",
-                        (unsigned long long)res.torn_lsn);
+        recovery_tracef("replay: torn tail discarded at lsn %llu (a batch never acknowledged; with "
+                        "%llu complete frames after it, written before it was durable)",
+                        (unsigned long long)res.torn_lsn, (unsigned long long)res.dropped_after_torn);
     uint64_t valid_end = res.end_lsn;
     const pool_region *heap = pool_find_region(p, POOL_REGION_HEAP);
     if (heap) {

@@ -739,6 +739,52 @@ def test_corrupt_last_frame_is_a_torn_tail(workdir):
     assert "recovery replayed 0 committed batches from the log\n" in k.stdout, k.stdout
 
 
+def fix_frame_header_crc(path, off):
+    hdr = read_at(path, off, 60)
+    write_at(path, off + 60, struct.pack("<I", crc32c(hdr)))
+
+
+def test_torn_frame_with_frames_dropped_after_it(workdir):
+    """The first pending frame made a stale frame of the previous lap (its
+    lsn minus the ring's size, header checksum fixed) and every later one
+    written while it was in flight (durable_lsn = its position): recovery
+    drops them all as a torn tail (redo_log.h). check and inspect said "no
+    torn tail" (a clean end) while recovery dropped complete frames (found by
+    a review, session 37); now both report the torn tail and the dropped
+    frames."""
+    p, info = make_pending_pool(workdir, min_frames=3)
+    cap = info["header"]["log_size"]
+    frames = info["log"]["frames"]
+    first = frames[0]
+    write_at(p, first["offset"] + 8, struct.pack("<Q", first["lsn"] - cap))
+    fix_frame_header_crc(p, first["offset"])
+    lo, pos, later = info["header"]["log_offset"], first["lsn"] + first["bytes"], 0
+    while pos < info["log"]["end_lsn"]:  # every later frame, pad frames included
+        off = lo + pos % cap
+        write_at(p, off + 48, struct.pack("<Q", first["lsn"]))  # durable_lsn
+        fix_frame_header_crc(p, off)
+        pos += struct.unpack("<Q", read_at(p, off + 40, 8))[0]  # frame_bytes
+        later += 1
+    assert later >= len(frames) - 1
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    assert "torn tail at lsn %d" % first["lsn"] in c.stderr, c.stderr
+    assert "followed by %d complete frame" % later in c.stderr, c.stderr
+    assert "no torn tail" not in c.stdout and "torn tail" in c.stdout, c.stdout
+    log = inspect_json(p)["log"]
+    assert log["torn_tail"] and log["torn_lsn"] == first["lsn"], log
+    assert log["dropped_after_torn"] == later and log["committed_frames"] == 0, log
+    i = run(MANGO, "inspect", p)
+    assert re.search(r"torn tail +yes, at lsn %d" % first["lsn"], i.stdout), i.stdout
+    assert re.search(r"dropped after the torn frame +%d complete frame" % later, i.stdout), i.stdout
+    assert sha256(p) == before
+    k = run_env(dict(os.environ, MANGO_TRACE_RECOVERY="1"), KVSTORE, "demo", "--pool", p, "--mode", "emulated")
+    assert k.returncode == 0, k.stderr
+    assert "torn tail discarded at lsn %d" % first["lsn"] in k.stderr, k.stderr
+    assert "with %d complete frames after it" % later in k.stderr, k.stderr
+
+
 # ---- mirror ----
 def test_corrupt_heap_root(workdir):
     p = make_pool(workdir)
