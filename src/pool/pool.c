@@ -311,6 +311,36 @@ void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn re
     closedir(d);
 }
 
+/* Does name end in tag followed by a pid as pool_remove_abandoned reads it? */
+static bool ends_in_tag_pid(const char *name, const char *tag)
+{
+    size_t tl = strlen(tag);
+    for (const char *at = strstr(name, tag); at; at = strstr(at + 1, tag)) {
+        const char *d = at + tl;
+        if (at == name || d[0] < '1' || d[0] > '9')
+            continue;
+        while (*d >= '0' && *d <= '9')
+            d++;
+        if (*d == '\0')
+            return true;
+    }
+    return false;
+}
+
+const char *pool_owned_name_pattern(const char *path)
+{
+    const char *slash = strrchr(path, '/');
+    const char *name = slash ? slash + 1 : path;
+    size_t n = strlen(name), bl = strlen(".bigbatch");
+    if (n > bl && strcmp(name + n - bl, ".bigbatch") == 0)
+        return ".bigbatch";
+    if (ends_in_tag_pid(name, ".tmp."))
+        return ".tmp.<pid>";
+    if (ends_in_tag_pid(name, ".copying-"))
+        return ".copying-<pid>";
+    return NULL;
+}
+
 static void creation_removed(const char *file, long pid, long long bytes)
 {
     fprintf(stderr, "mangosteen: removed %s (%lld bytes), left by a pool creation whose process %ld is gone\n",

@@ -68,6 +68,13 @@ int pool_create(const char *path, const pool_create_params *params);
  * removed(file, pid, bytes) for each. */
 typedef void (*pool_removed_fn)(const char *file, long pid, long long bytes);
 void pool_remove_abandoned(const char *path, const char *tag, pool_removed_fn removed);
+/* Does path's file name have the form of a file that the pool named by the
+ * rest of it owns: "<pool>.bigbatch" (removed by recovery and a clean
+ * shutdown, rewritten by big batches), "<pool>.tmp.<pid>" or
+ * "<pool>.copying-<pid>" (removed as abandoned once that process is gone)?
+ * The suffix's pattern (".bigbatch", ".tmp.<pid>", ".copying-<pid>"), or
+ * NULL. A backup must not be given such a name. */
+const char *pool_owned_name_pattern(const char *path);
 /* Move a finished temporary file tmp to path unless path exists
  * (renameat2 RENAME_NOREPLACE, or a hard link where the file system lacks
  * it). 0, or an errno (EEXIST: path exists; tmp is left in place). */

@@ -148,3 +148,24 @@ def test_permissions_and_what_an_abandoned_copy_left(workdir):
     assert f"removed {stale}, left by a copy whose process {gone.pid} is gone" in r.stderr, r.stderr
     assert not os.path.exists(stale) and not os.path.exists(stale + ".bigbatch") and os.path.exists(live)
     assert os.stat(dest).st_mode & 0o777 == 0o666
+
+
+@pytest.mark.parametrize("suffix", [".bigbatch", ".tmp.4242", ".copying-77"])
+def test_dest_named_like_a_file_the_pool_owns_is_refused(workdir, suffix):
+    """`mango copy POOL POOL.bigbatch` (or POOL.tmp.<pid>, or a name ending
+    in .copying-<pid>) made a backup under a name that the pool's next open
+    (recovery removes POOL.bigbatch), creation or copy removes (found by a
+    review, session 37): refused, exit 2, nothing written."""
+    p = make_pool(workdir)
+    before = sha256(p)
+    dst = p + suffix
+    r = copy(p, dst)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "must not end in" in r.stderr and "choose another DEST" in r.stderr, r.stderr
+    assert leftovers(workdir, ["pool"]) == []
+    assert sha256(p) == before
+    # Names that only look alike are fine.
+    ok = p + suffix.replace("4242", "x").replace("77", "x").replace("bigbatch", "bigbatch.bak")
+    r = copy(p, ok)
+    assert r.returncode == 0, r.stderr
+    assert reopen(ok).returncode == 0

@@ -55,8 +55,11 @@ const char *copy_usage =
     "    that opens the copy for writing (outside tmpfs) reserves its blocks and\n"
     "    writes the holes of its log ring, so it needs POOL's full size free on\n"
     "    disk then, and is refused, unchanged, without it. DEST and\n"
-    "    DEST.bigbatch must not exist: nothing is ever replaced. On any failure\n"
-    "    nothing is left at DEST. Progress goes to stderr when it is a terminal.\n"
+    "    DEST.bigbatch must not exist: nothing is ever replaced. DEST must not\n"
+    "    end in .bigbatch, .tmp.<digits> or .copying-<digits>: a pool removes\n"
+    "    files so named beside it (its big-batch file, abandoned temporary\n"
+    "    files) when it opens or is created. On any failure nothing is left at\n"
+    "    DEST. Progress goes to stderr when it is a terminal.\n"
     "\n"
     "OPTIONS\n"
     "    -q, --quiet     print nothing on success (errors still)\n"
@@ -205,6 +208,16 @@ int cmd_copy(int argc, char **argv)
         snprintf(tmp, sizeof tmp, "%s.copying-%d", dst, (int)getpid()) >= (int)sizeof tmp ||
         snprintf(tmp_big, sizeof tmp_big, "%s.bigbatch", tmp) >= (int)sizeof tmp_big)
         usage_error("copy", "DEST is too long");
+    /* A name a pool gives its own files is removed by that pool's next open
+     * (or its creation, or a copy): a backup made there would be destroyed
+     * (found by a review, session 37; mango_snapshot refuses them too). */
+    const char *owned = pool_owned_name_pattern(dst);
+    if (owned) {
+        fprintf(stderr, "mango copy: %s: DEST must not end in %s: pools use such names for their own "
+                        "files (<pool>.bigbatch, <pool>.tmp.<pid>, <pool>.copying-<pid>) and remove them "
+                        "when they open or are created; choose another DEST\n", dst, owned);
+        return EXIT_USAGE;
+    }
     const char *names[] = {dst, dst_big};
     for (int i = 0; i < 2; i++) {
         int e = existence(names[i]);
