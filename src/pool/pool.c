@@ -363,6 +363,8 @@ int pool_publish_no_replace(const char *tmp, const char *path)
     return 0;
 }
 
+static int validate(pool *p, const char *path, size_t file_size);
+
 int pool_create(const char *path, const pool_create_params *pp)
 {
     if (access(path, F_OK) == 0)
@@ -370,26 +372,38 @@ int pool_create(const char *path, const pool_create_params *pp)
     if (pp->log_size < 64 * 1024 || pp->log_size % 4096)
         return mango_error(MANGO_EINVAL, "log size %zu: must be a multiple of 4096 and at least 64 KiB",
                            pp->log_size);
-    /* Lay out the regions. */
+    /* Lay out the regions. Every size is bounded by the pool's before it is
+     * added, so nothing wraps: a log size near 2^64 wrapped the offsets and
+     * laid out a pool that never opens (and, on a disk, zero-filled the
+     * file system up to ENOSPC). */
     pool_region regs[POOL_MAX_REGIONS];
     memset(regs, 0, sizeof regs);
     uint64_t off = align_up(POOL_REGIONS_OFFSET + PAGE, 65536);
     uint64_t log_offset = off;
+    if (pp->n_data > POOL_MAX_REGIONS - 1)
+        return mango_error(MANGO_EINVAL, "%u data regions: at most %u", pp->n_data, POOL_MAX_REGIONS - 1);
+    if (pp->pool_size < off || pp->log_size > pp->pool_size - off)
+        return mango_error(MANGO_EINVAL, "log size %zu does not fit in a pool of %zu bytes", pp->log_size,
+                           pp->pool_size);
     off = align_up(off + pp->log_size, PAGE);
     unsigned n = 0;
     for (unsigned i = 0; i < pp->n_data; i++, n++) {
         regs[n].kind = POOL_REGION_DATA;
         regs[n].vaddr = pp->data_vaddr[i];
         regs[n].size = pp->data_size[i];
+        if (off > pp->pool_size || regs[n].size > pp->pool_size - off)
+            break; /* (reported below) */
         regs[n].mirror_offset = off;
         off = align_up(off + regs[n].size, PAGE);
         regs[n].bitmap_offset = off;
+        if (off > pp->pool_size || (regs[n].size + 7) / 8 > pp->pool_size - off)
+            break;
         off = align_up(off + (regs[n].size + 7) / 8, PAGE);
     }
-    if (off + 16 * PAGE > pp->pool_size)
+    if (n < pp->n_data || off > pp->pool_size || pp->pool_size - off < 16 * PAGE)
         return mango_error(MANGO_EINVAL,
-                           "pool size %zu too small: log and data regions need %llu bytes plus a heap",
-                           pp->pool_size, (unsigned long long)off);
+                           "pool size %zu too small: log and data regions need %s%llu bytes plus a heap",
+                           pp->pool_size, n < pp->n_data ? "more than " : "", (unsigned long long)off);
     regs[n].kind = POOL_REGION_HEAP;
     regs[n].vaddr = pp->heap_base;
     regs[n].mirror_offset = off;
@@ -464,6 +478,17 @@ int pool_create(const char *path, const pool_create_params *pp)
     h->region_table_crc = crc32c(0, regs, sizeof(pool_region) * n);
     snprintf(h->fingerprint_text, sizeof h->fingerprint_text, "%s", pp->fingerprint_text);
     h->header_crc = header_crc(h);
+    /* What is published must open: run the opener's checks on the new
+     * header and tables (a layout a future change gets wrong fails here,
+     * not at the next start). */
+    pool check = {.base = base, .size = pool_size, .fd = -1};
+    if (validate(&check, tmp, pool_size) != MANGO_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mango_last_error());
+        rc = mango_error(MANGO_EINVAL, "cannot create pool %s: the new pool would not open: %s", path, why);
+        munmap(base, pool_size);
+        goto fail;
+    }
     if (pp->fill && (rc = pp->fill(pp->fill_arg, base, fd, regs, n)) != MANGO_OK) {
         munmap(base, pool_size);
         goto fail;
