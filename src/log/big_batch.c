@@ -247,7 +247,7 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
         return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed big-batch reference",
                            (unsigned long long)f->seq);
     char why[160];
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO must not hang the open) */
     if (fd < 0) {
         snprintf(why, sizeof why, errno == ENOENT ? "is missing" : "cannot be opened (%s)",
                  strerror(errno));
@@ -255,6 +255,10 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     }
     struct stat st;
     big_batch_header h;
+    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
+        close(fd);
+        return refuse(s, f, "is not a regular file");
+    }
     if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
         close(fd);
         return refuse(s, f, "is too short to hold a header");

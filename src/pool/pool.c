@@ -557,8 +557,9 @@ static int validate(pool *p, const char *path, size_t file_size)
     if (h->header_size != sizeof(pool_header) || h->header_crc != header_crc(h))
         return mango_error(MANGO_EBADPOOL, "%s: pool header checksum mismatch (corrupt header)", path);
     if (h->pool_size != file_size)
-        return mango_error(MANGO_EBADPOOL, "%s: file is %zu bytes but the pool is %llu (truncated?)",
-                           path, file_size, (unsigned long long)h->pool_size);
+        return mango_error(MANGO_EBADPOOL, "%s: file is %zu bytes but the pool is %llu (%s)",
+                           path, file_size, (unsigned long long)h->pool_size,
+                           file_size < h->pool_size ? "truncated?" : "grown: bytes appended?");
     if (h->region_count == 0 || h->region_count > POOL_MAX_REGIONS)
         return mango_error(MANGO_EBADPOOL, "%s: bad region count %u", path, h->region_count);
     const pool_region *regs = (const pool_region *)(p->base + POOL_REGIONS_OFFSET);
@@ -691,21 +692,34 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
 {
     memset(p, 0, sizeof *p);
     p->fd = -1;
-    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+    /* O_NONBLOCK: an open of a FIFO would wait for a writer forever (mango
+     * check of a FIFO hung); only regular files are pools. (The flag does
+     * nothing to a regular file's reads and writes.) */
+    int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EISDIR)
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is a directory", path);
     if (fd < 0)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",
                            path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return mango_error(MANGO_EIO, "cannot stat %s: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path,
+                           S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                           : S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) ? "a character device"
+                           : S_ISBLK(st.st_mode) ? "a block device" : "not a regular file");
+    }
     if (flock(fd, (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         int e = errno;
         close(fd);
         if (e == EWOULDBLOCK)
             return mango_error(MANGO_EBUSY, "pool %s is in use by another process", path);
         return mango_error(MANGO_EIO, "cannot lock pool %s: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        close(fd);
-        return mango_error(MANGO_EIO, "cannot stat %s: %s", path, strerror(errno));
     }
     /* The big-batch file's name is absolute: a relative pool path would name
      * another file once the process changes directory (Redis's CONFIG SET

@@ -304,10 +304,63 @@ def test_truncated(workdir, cut):
 
 
 def test_grown_file(workdir):
+    """A file longer than its pool is called grown, not truncated (it was
+    "(truncated?)" until session 37)."""
     p = make_pool(workdir)
     full = os.path.getsize(p)
     os.truncate(p, full + 4096)
-    assert_refused(p, "%d bytes" % (full + 4096))
+    c, k = assert_refused(p, "%d bytes" % (full + 4096), "grown")
+    assert "(truncated?)" not in c.stderr and "(truncated?)" not in k.stderr
+
+
+def test_option_errors_name_the_option(workdir):
+    """An unknown short option inside a cluster is named (it was the
+    argument before the cluster: the command's name), and a known long
+    option given a value is said to take none (it was called unknown)."""
+    p = make_pool(workdir)
+    for args, needle in ((["check", "-xq", p], "unknown option '-x'"),
+                         (["check", "--quiet", "-xq", p], "unknown option '-x'"),
+                         (["copy", "-zq", p, p + ".c"], "unknown option '-z'"),
+                         (["inspect", "--json=1", p], "option '--json' takes no value"),
+                         (["check", "--no-heap-walk=yes", p], "option '--no-heap-walk' takes no value"),
+                         (["check", "--bogus", p], "unknown option '--bogus'")):
+        r = run(MANGO, *args)
+        assert r.returncode == 2 and needle in r.stderr, (args, r.stderr)
+        assert "--help" in r.stderr
+    assert not os.path.exists(p + ".c")
+
+
+def test_not_a_regular_file(workdir):
+    """A FIFO: check, inspect and copy waited in open() for a writer forever;
+    a directory was "not a Mangosteen pool (only 4096 bytes)". Both are
+    refused at once with what they are (exit 2: not a pool that could be
+    read), by the CLI and by the runtime."""
+    fifo = os.path.join(workdir, "fifo")
+    os.mkfifo(fifo)
+    for path, what in ((fifo, "a FIFO"), (workdir, "a directory")):
+        for args in (["check", path], ["inspect", path], ["inspect", "--json", path],
+                     ["copy", path, os.path.join(workdir, "c")]):
+            r = run(MANGO, *args, timeout=10)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            assert "is not a pool file: it is %s" % what in r.stderr, (args, r.stderr)
+        k = run(KVSTORE, "demo", "--pool", path, "--mode", "emulated", timeout=10)
+        assert k.returncode == 2 and "is not a pool file: it is %s" % what in k.stderr, k.stderr
+    assert sorted(os.listdir(workdir)) == ["fifo"]
+
+
+def test_json_keeps_utf8(workdir):
+    """inspect --json writes a UTF-8 path as it is (each byte was escaped as
+    a backslash-u escape, which decodes to other characters); a byte that is not UTF-8
+    becomes U+FFFD, so the output is still valid JSON."""
+    p = make_pool(workdir)
+    for name, shown in (("pé-€-𝄞", "pé-€-𝄞"), (b"p\xff\xc3", "p\ufffd\ufffd")):
+        q = os.path.join(os.fsencode(workdir), name if isinstance(name, bytes) else name.encode())
+        shutil.copyfile(p, q)
+        r = subprocess.run([os.fsencode(MANGO), b"inspect", b"--json", q], capture_output=True, timeout=TIMEOUT)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout.decode("utf-8"))
+        assert out["path"] == os.path.join(workdir, shown), out["path"]
+        os.unlink(q)
 
 
 # ---- header damage ----

@@ -169,3 +169,18 @@ def test_dest_named_like_a_file_the_pool_owns_is_refused(workdir, suffix):
     r = copy(p, ok)
     assert r.returncode == 0, r.stderr
     assert reopen(ok).returncode == 0
+
+
+def test_warnings_name_dest_not_the_temporary_file(workdir):
+    """The copy's check warns about a damaged head slot under DEST's name,
+    where the copy is once done (it named DEST.copying-PID, a file gone by
+    then: found by a review, session 37)."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    older = [s_["index"] for s_ in info["head_slots"] if not s_["newest"]][0]
+    flip_bit(p, 4096 + 64 * older + 8, 2)  # the older slot's head_lsn: checksum fails
+    dst = os.path.join(workdir, "backup")
+    r = copy(p, dst)
+    assert r.returncode == 0, r.stderr
+    assert "warning: %s: log head slot %d is corrupt" % (dst, older) in r.stderr, r.stderr
+    assert ".copying-" not in r.stderr, r.stderr

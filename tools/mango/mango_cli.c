@@ -158,6 +158,24 @@ static const char *check_usage =
 
 /* ---- small helpers ---- */
 
+/* getopt_long returned '?' (opterr 0): name what was wrong. Not
+ * argv[optind - 1], which inside a cluster such as -xq is still the argument
+ * before it (the command's name); optopt holds the short option. A known
+ * long option given a value (--json=1) sets optopt to its val. */
+static void bad_option(const char *cmd, char **argv, const struct option *lo)
+{
+    const char *arg = argv[optind - 1];
+    if (optopt && arg && strncmp(arg, "--", 2) == 0 && strchr(arg, '=')) {
+        size_t n = (size_t)(strchr(arg, '=') - arg - 2);
+        for (const struct option *o = lo; o->name; o++)
+            if (o->val == optopt && strlen(o->name) == n && strncmp(o->name, arg + 2, n) == 0)
+                usage_error(cmd, "option '--%s' takes no value", o->name);
+    }
+    if (optopt)
+        usage_error(cmd, "unknown option '-%c'", optopt);
+    usage_error(cmd, "unknown option '%s'", arg);
+}
+
 void usage_error(const char *cmd, const char *fmt, ...)
 {
     va_list ap;
@@ -197,10 +215,32 @@ static const char *region_kind_name(uint32_t k)
     return k == POOL_REGION_HEAP ? "heap" : k == POOL_REGION_DATA ? "data" : "?";
 }
 
+/* The length of the well-formed UTF-8 sequence at s (at most max bytes),
+ * or 0 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static size_t utf8_len(const unsigned char *s, size_t max)
+{
+    unsigned c = s[0];
+    size_t n = c >= 0xc2 && c <= 0xdf ? 2 : c >= 0xe0 && c <= 0xef ? 3 : c >= 0xf0 && c <= 0xf4 ? 4 : 0;
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((c == 0xe0 && s[1] < 0xa0) || (c == 0xed && s[1] > 0x9f) || (c == 0xf0 && s[1] < 0x90) ||
+        (c == 0xf4 && s[1] > 0x8f))
+        return 0;
+    return n;
+}
+
+/* A JSON string: UTF-8 as it is (a path "pé" stays "pé"; escaping each byte
+ * as \u00XX made it "p\u00c3\u00a9", two other characters), control
+ * characters escaped, and a byte that is not part of well-formed UTF-8 (a
+ * file name may hold any byte) as U+FFFD. */
 static void json_str(FILE *o, const char *s, size_t max)
 {
     fputc('"', o);
-    for (size_t i = 0; i < max && s[i]; i++) {
+    size_t len = strnlen(s, max);
+    for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)s[i];
         if (c == '"' || c == '\\')
             fprintf(o, "\\%c", c);
@@ -208,10 +248,19 @@ static void json_str(FILE *o, const char *s, size_t max)
             fputs("\\n", o);
         else if (c == '\t')
             fputs("\\t", o);
-        else if (c < 0x20 || c >= 0x7f)
+        else if (c < 0x20 || c == 0x7f)
             fprintf(o, "\\u%04x", c);
-        else
+        else if (c < 0x80)
             fputc(c, o);
+        else {
+            size_t n = utf8_len((const unsigned char *)s + i, len - i);
+            if (n) {
+                fwrite(s + i, 1, n, o);
+                i += n - 1;
+            } else {
+                fputs("\\ufffd", o);
+            }
+        }
     }
     fputc('"', o);
 }
@@ -520,7 +569,7 @@ static int cmd_inspect(int argc, char **argv)
         switch (ch) {
         case 'j': json = true; break;
         case 'h': fputs(inspect_usage, stdout); exit(EXIT_OK);
-        default: usage_error("inspect", "unknown option '%s'", argv[optind - 1]);
+        default: bad_option("inspect", argv, lo);
         }
     }
     if (optind >= argc)
@@ -573,8 +622,13 @@ static bool heap_consistent(scan_ctx *c)
 
 int check_one(const char *path, bool quiet, bool walk_heap)
 {
+    return check_one_as(path, path, quiet, walk_heap);
+}
+
+int check_one_as(const char *file, const char *path, bool quiet, bool walk_heap)
+{
     pool p;
-    int rc = pool_open(&p, path, 0, false);
+    int rc = pool_open(&p, file, 0, false);
     if (rc != MANGO_OK) {
         fprintf(stderr, "mango: %s\n", mango_last_error());
         return exit_code_for(rc);
@@ -669,7 +723,7 @@ int parse_flags(int argc, char **argv, const char *cmd, const char *usage, const
         case 'q': *quiet = true; break;
         case 'n': *flag = true; break;
         case 'h': fputs(usage, stdout); exit(EXIT_OK);
-        default: usage_error(cmd, "unknown option '%s'", argv[optind - 1]);
+        default: bad_option(cmd, argv, lo);
         }
     }
     return optind;

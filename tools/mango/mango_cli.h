@@ -23,6 +23,9 @@ int parse_flags(int argc, char **argv, const char *cmd, const char *usage, const
                 bool *flag);
 /* mango check of one pool: an exit status. */
 int check_one(const char *path, bool quiet, bool walk_heap);
+/* The same for the pool file `file`, its messages naming it `path` (mango
+ * copy checks its temporary file under the name the copy will have). */
+int check_one_as(const char *file, const char *path, bool quiet, bool walk_heap);
 
 extern const char *copy_usage;
 int cmd_copy(int argc, char **argv);

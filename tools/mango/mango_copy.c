@@ -262,10 +262,11 @@ int cmd_copy(int argc, char **argv)
         return EXIT_USAGE;
     }
     bool big = false;
-    int bfd = open(p.big_batch_path, O_RDONLY | O_CLOEXEC);
+    int bfd = open(p.big_batch_path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO: no hang) */
     if (bfd >= 0) {
         struct stat bst;
-        e = fstat(bfd, &bst) != 0 ? errno : 0;
+        e = fstat(bfd, &bst) != 0 ? errno : !S_ISREG(bst.st_mode) ? EINVAL : 0;
+        j.read_failed = e != 0;
         j.what = p.big_batch_path;
         if (!e)
             e = copy_sparse(bfd, (uint64_t)bst.st_size, bst.st_mode, tmp_big, &j);
@@ -284,7 +285,9 @@ int cmd_copy(int argc, char **argv)
     if (j.progress)
         fputc('\n', stderr);
     if (check) {
-        int cr = check_one(tmp, true, true); /* its problems on stderr, named by the temporary path */
+        /* Its warnings (a torn tail, a damaged head slot) name DEST, where the
+         * copy will be, not the temporary file, gone once the copy is done. */
+        int cr = check_one_as(tmp, dst, true, true);
         if (cr != EXIT_OK) {
             fprintf(stderr, "mango copy: the copy of %s %s (above); nothing was left at %s\n", src,
                     cr == EXIT_BAD ? "does not check" : "could not be checked", dst);
