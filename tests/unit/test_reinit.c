@@ -7,6 +7,7 @@
  * making its pool removes it. */
 #include <pthread.h>
 #include <semaphore.h>
+#include <sys/mman.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,17 +86,23 @@ int main(void)
     unlink(a);
     unlink(b);
 
-    /* A heap_base that cannot be reserved (this program's code): the pool
-     * this init made is removed, so a retry at the default address makes a
-     * new one instead of being refused as another layout. */
+    /* A heap_base that cannot be reserved (a range this process has mapped
+     * already): the pool this init made is removed, so a retry at the
+     * default address makes a new one instead of being refused as another
+     * layout. */
     {
         mango_config cfg;
         small_test_config(&cfg, a, MANGO_PERSIST_EMULATED);
-        cfg.heap_base = ((uintptr_t)&main) & ~(uintptr_t)4095;
+        void *taken = mmap(NULL, 256u << 20, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        CHECK(taken != MAP_FAILED);
+        cfg.heap_base = (uintptr_t)taken;
         mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state};
-        CHECK(mango_init(&cfg, &cb) == MANGO_ENOMEM);
+        int rc = mango_init(&cfg, &cb);
+        if (rc != MANGO_ENOMEM) fprintf(stderr, "rc %d: %s\n", rc, mango_last_error());
+        CHECK(rc == MANGO_ENOMEM);
         CHECK(strstr(mango_last_error(), "cannot reserve the durable heap") != NULL);
         CHECK(access(a, F_OK) != 0);
+        munmap(taken, 256u << 20);
         CHECK(start(a) == MANGO_FRESH);
         CHECK(mango_shutdown() == 0);
         unlink(a);
