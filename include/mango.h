@@ -180,7 +180,12 @@ enum {
  * heap. The parent is unaffected. */
 int mango_init(const mango_config *cfg, const mango_callbacks *cb);
 
-/* Stop the runtime: drain the log into the mirror, close the pool.
+/* Stop the runtime: drain the log into the mirror, close the pool. Frees
+ * of durable objects made outside read-write commands and still queued for
+ * the next batch are done first, in a last batch of their own. The durable
+ * heap stays mapped, so its objects can still be read, but from here on a
+ * free() (or realloc()) of a durable object frees nothing: the pool is
+ * closed, and a later mango_init, on this pool or another, never applies it.
  * No other thread may be inside a mango_* call (mango_client_cmd,
  * mango_client_submit, mango_wait_durable, a batch, ...) or make one
  * meanwhile: stop and join the application's client threads first (in RPC

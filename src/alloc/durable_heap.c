@@ -134,6 +134,7 @@ static dheap_free_hook_fn g_free_hook;
  * would find nothing new. */
 static uint64_t g_frees_since_reclaim;
 static uint64_t g_reclaims; /* reclaims that changed the heap, since attach */
+static uint64_t g_epoch;    /* attaches and detaches so far (dheap_epoch) */
 #define ZERO_RANGE_MIN 4096u /* smaller zeroings are logged block by block */
 
 /* ---- the one way to write metadata ----------------------------------- */
@@ -860,6 +861,7 @@ int dheap_attach(void *base, size_t capacity, bool fresh, dheap_capture_fn captu
     g_cap = capacity;
     g_capture = capture;
     g_root = root;
+    __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
     g_frees_since_reclaim = 1; /* a recovered heap may hold stranded space */
     g_reclaims = 0;
     if (fresh) {
@@ -886,7 +888,10 @@ void dheap_detach(void)
     g_base = NULL;
     g_cap = 0;
     g_capture = NULL;
+    __atomic_add_fetch(&g_epoch, 1, __ATOMIC_RELEASE);
 }
+
+uint64_t dheap_epoch(void) { return __atomic_load_n(&g_epoch, __ATOMIC_ACQUIRE); }
 
 bool dheap_contains(const void *p)
 {

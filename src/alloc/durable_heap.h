@@ -98,6 +98,10 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity);
 
 /* Is a heap attached? (split_alloc routes by this) */
 bool dheap_attached(void);
+/* Bumped by every dheap_attach and dheap_detach (never 0 once either ran):
+ * pointers remembered under one value (split_alloc's queue of deferred
+ * frees) belong to that attachment and mean nothing under another. */
+uint64_t dheap_epoch(void);
 /* Report bytes of the heap written on the heap's behalf (e.g. realloc's copy
  * done by split_alloc) through the attached capture callback. */
 void dheap_capture(const void *addr, size_t len);

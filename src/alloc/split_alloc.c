@@ -12,6 +12,8 @@
  *     durable pointer, any other thread   -> free: queued for the combiner;
  *                                            realloc: moved to glibc memory,
  *                                            the durable block queued
+ *                                            (dropped once the queue is
+ *                                            closed: after mango_shutdown)
  *     transient pointer, read-write thread, realloc -> moved into the durable
  *                                            heap (the copy is captured)
  *     transient pointer otherwise          -> glibc
@@ -103,15 +105,49 @@ static size_t transient_usable_size(void *p)
     return (sz & ~(size_t)7) - ((sz & 2) ? 2 : 1) * sizeof(size_t);
 }
 
-/* ---- deferred frees ------------------------------------------------------ */
+/* ---- deferred frees ------------------------------------------------------
+ *
+ * A durable object freed by a thread outside a read-write command is queued
+ * here and freed by the next batch (split_alloc_drain_deferred). The queue
+ * belongs to one attachment of the heap (defer_epoch against dheap_epoch()):
+ * once the heap is detached or attached again the queued pointers are
+ * dropped, never freed, so they cannot free objects of the next heap
+ * attached in this process. (Found by a review: a free made after
+ * mango_shutdown was applied by the next mango_init's first batch, to a live
+ * recovered object of the same pool, or, on a new pool, to a pointer its
+ * heap never handed out: abort.)
+ *
+ * Closed (split_alloc_deferred_close, called by mango_shutdown once its
+ * last batch has drained the queue): no batch will run against this
+ * attachment any more, so such a free does nothing; the object stays
+ * allocated in the pool, which is closed. A new attachment opens the queue
+ * again. */
 
 static pthread_mutex_t defer_lock = PTHREAD_MUTEX_INITIALIZER;
 static void **defer_q;
 static size_t defer_n, defer_cap;
+static uint64_t defer_epoch; /* the attachment the queue belongs to */
+static bool defer_closed;
+
+/* Under defer_lock: forget the queue of an earlier attachment. */
+static void defer_sync_epoch(void)
+{
+    uint64_t e = dheap_epoch();
+    if (e != defer_epoch) {
+        defer_epoch = e;
+        defer_closed = false;
+        __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
+    }
+}
 
 static void defer_free(void *p)
 {
     pthread_mutex_lock(&defer_lock);
+    defer_sync_epoch();
+    if (defer_closed) {
+        pthread_mutex_unlock(&defer_lock);
+        return;
+    }
     if (defer_n == defer_cap) {
         size_t cap = defer_cap ? defer_cap * 2 : 64;
         void **q = __libc_realloc(defer_q, cap * sizeof *q);
@@ -131,7 +167,13 @@ static void defer_free(void *p)
 
 bool split_alloc_deferred_pending(void)
 {
-    return __atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) != 0;
+    if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0)
+        return false;
+    pthread_mutex_lock(&defer_lock);
+    defer_sync_epoch();
+    bool pending = defer_n != 0;
+    pthread_mutex_unlock(&defer_lock);
+    return pending;
 }
 
 void split_alloc_drain_deferred(void)
@@ -139,9 +181,19 @@ void split_alloc_drain_deferred(void)
     if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0 || !dheap_attached())
         return;
     pthread_mutex_lock(&defer_lock);
+    defer_sync_epoch();
     for (size_t i = 0; i < defer_n; i++)
         dheap_free(defer_q[i]);
     __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&defer_lock);
+}
+
+void split_alloc_deferred_close(void)
+{
+    pthread_mutex_lock(&defer_lock);
+    defer_sync_epoch();
+    __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
+    defer_closed = true;
     pthread_mutex_unlock(&defer_lock);
 }
 

@@ -6,7 +6,8 @@
  * (split_alloc_rw_thread is true) allocations come from the durable heap;
  * everywhere else from glibc (__libc_malloc & co). free/realloc route by
  * address. A durable object freed outside a read-write command is queued and
- * freed by the next combiner (split_alloc_drain_deferred).
+ * freed by the next combiner (split_alloc_drain_deferred), if the queue is
+ * open (split_alloc_deferred_close).
  */
 #ifndef MANGO_SPLIT_ALLOC_H
 #define MANGO_SPLIT_ALLOC_H
@@ -24,5 +25,11 @@ void split_alloc_link_anchor(void);
 void split_alloc_drain_deferred(void);
 /* Are frees queued (for the next combiner)? */
 bool split_alloc_deferred_pending(void);
+/* No batch will run against the attached heap any more (mango_shutdown,
+ * after its last batch): empty the queue, and from now on drop the durable
+ * frees made outside read-write commands instead of queueing them. The next
+ * dheap_attach opens the queue again; a detach or attach also drops what an
+ * earlier attachment queued. */
+void split_alloc_deferred_close(void);
 
 #endif

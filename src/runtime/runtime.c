@@ -1662,6 +1662,18 @@ int mango_rpc_stop(void)
     return MANGO_OK;
 }
 
+/* Under the write side, at shutdown: a last batch frees the durable objects
+ * whose frees are queued (made outside read-write commands), as
+ * snapshot_locked does before its fork. No later batch would, so the pool
+ * kept them allocated for good (found by a review). */
+static void shutdown_drain_locked(void *arg)
+{
+    int *rc = arg;
+    *rc = batch_begin(NULL, 0);
+    if (*rc == MANGO_OK)
+        *rc = batch_end_commit(NULL, NULL);
+}
+
 int mango_shutdown(void)
 {
     if (forked_child) /* the parent's runtime: nothing here to stop, nothing to close */
@@ -1670,6 +1682,15 @@ int mango_shutdown(void)
         stop_rpc_server();
     if (!rt.up)
         return MANGO_OK;
+    int drc = MANGO_OK;
+    if (rt.durable) {
+        /* (Not with a batch open on this thread: it holds the write side.) */
+        if (!batch_open_here && !atomic_load(&rt.failed) && split_alloc_deferred_pending())
+            fc_execute_locked(rt.fc, shutdown_drain_locked, &drc);
+        /* From here on a durable free outside a batch does nothing: no batch
+         * will run against this heap (split_alloc.h). */
+        split_alloc_deferred_close();
+    }
     rt.up = false;
     int rc = MANGO_OK;
     fc_destroy(rt.fc);
@@ -1702,12 +1723,13 @@ int mango_shutdown(void)
         dheap_set_free_hook(NULL);
         rt.set = NULL;
         /* The heap stays mapped and attached: the application may still read
-         * and free its objects; nothing is logged any more. */
+         * its objects; nothing is logged any more, and a free of one does
+         * nothing (the deferred queue is closed above). */
         kept_heap = rt.heap;
         kept_heap_size = rt.heap_size;
     }
     atomic_store(&live, false);
-    return rc;
+    return drc != MANGO_OK ? drc : rc;
 }
 
 void mango_get_stats(mango_stats *out)

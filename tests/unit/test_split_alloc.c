@@ -5,7 +5,8 @@
  * durable inside read-write, glibc outside, free/realloc by address, deferred
  * frees from other threads drained later, contents preserved when realloc
  * moves a block across the boundary, glibc's own internal allocations
- * (strdup, printf) still working.
+ * (strdup, printf) still working; queued frees dropped when the heap is
+ * detached or attached again, or the queue closed.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -193,6 +194,43 @@ int main(void)
     CHECK(dheap_check() == 0);
     split_alloc_drain_deferred(); /* empty: no-op */
     CHECK(allocated() == a0);
+
+    /* A queued free belongs to its attachment of the heap: detached and
+     * attached again (a new heap in the same range, as mango_init does after
+     * mango_shutdown), it is dropped, not applied to the new heap (which
+     * never handed the pointer out: "invalid pointer" abort). */
+    split_alloc_rw_thread = true;
+    void *old = malloc(200);
+    split_alloc_rw_thread = false;
+    CHECK(old && dheap_contains(old));
+    free(old);
+    CHECK(split_alloc_deferred_pending());
+    dheap_detach();
+    CHECK(!split_alloc_deferred_pending());
+    CHECK(dheap_attach(g_base, g_cap, true, capture) == 0);
+    uint64_t fresh = allocated();
+    split_alloc_rw_thread = true;
+    split_alloc_drain_deferred();
+    split_alloc_rw_thread = false;
+    CHECK(allocated() == fresh);
+    CHECK(dheap_check() == 0);
+
+    /* Closed (mango_shutdown): frees are dropped, not queued; the next
+     * attach opens the queue again. */
+    split_alloc_rw_thread = true;
+    void *c1 = malloc(300), *c2 = malloc(300);
+    split_alloc_rw_thread = false;
+    split_alloc_deferred_close();
+    free(c1);
+    CHECK(!split_alloc_deferred_pending());
+    CHECK(dheap_attach(g_base, g_cap, false, capture) == 0); /* the same heap, attached again */
+    free(c2);
+    CHECK(split_alloc_deferred_pending());
+    split_alloc_rw_thread = true;
+    split_alloc_drain_deferred();
+    split_alloc_rw_thread = false;
+    CHECK(allocated() == fresh + malloc_usable_size(c1) + 8); /* c1 stays allocated: dropped */
+    CHECK(dheap_check() == 0);
 
     /* Plain libc use outside read-write still works after all this. */
     char buf[64];
