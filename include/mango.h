@@ -381,7 +381,11 @@ void mango_heap_room(uint64_t *allocated, uint64_t *capacity);
  * command (capture active), it reclaims space that only some requests could
  * use (freed small objects), as a failing malloc would, and looks again
  * (a walk of the heap, done only if something was freed since the last
- * reclaim); elsewhere it only looks. true without a durable mode. */
+ * reclaim); elsewhere it only looks: from a thread outside the runtime's
+ * sections it looks holding the write side (it waits for a batch in
+ * progress, as a read-write command would), since the walk may not race
+ * with a batch that changes the heap; inside a read-only command or a
+ * paused batch it looks at once. true without a durable mode. */
 bool mango_heap_fits(size_t bytes);
 
 /* Explicit capture: tell the runtime that [addr, addr+len) is about to be

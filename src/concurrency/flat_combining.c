@@ -490,6 +490,14 @@ bool fc_readers_waiting(fc *f)
     return atomic_load_explicit(&f->rwaiting, memory_order_relaxed) != 0;
 }
 
+bool fc_in_read(fc *f)
+{
+    /* Only the owner writes its rflag, and it is 1 from before process_read
+     * runs until after it returned. */
+    const fc_slot *s = f ? pthread_getspecific(f->key) : NULL;
+    return s && atomic_load_explicit(&s->rflag, memory_order_relaxed) != 0;
+}
+
 bool fc_reads_seen(fc *f)
 {
     /* The combiner's own reads do not count: it will wait for its batch

@@ -108,4 +108,9 @@ bool fc_batch_async(const fc *f);
  * even when none is waiting at this moment. */
 bool fc_reads_seen(fc *f);
 
+/* Is the calling thread inside a read-only command of f (holding the read
+ * side)? No combiner runs meanwhile; taking the write side would wait for
+ * the caller itself. */
+bool fc_in_read(fc *f);
+
 #endif

@@ -1332,13 +1332,35 @@ void mango_heap_room(uint64_t *allocated, uint64_t *capacity)
         *capacity = c;
 }
 
+typedef struct fits_args {
+    size_t bytes;
+    bool fits;
+} fits_args;
+
+static void fits_locked(void *arg)
+{
+    fits_args *a = arg;
+    a->fits = dheap_fits(a->bytes);
+}
+
 bool mango_heap_fits(size_t bytes)
 {
     if (!rt.up || !rt.durable)
         return true;
-    if (dheap_fits(bytes))
-        return true;
-    return mango_capture_active && dheap_reclaim() && dheap_fits(bytes);
+    if (mango_capture_active) /* a read-write command: this thread is the heap's writer */
+        return dheap_fits(bytes) || (dheap_reclaim() && dheap_fits(bytes));
+    /* Elsewhere it only looks, but dheap_fits walks the free lists the
+     * combiner rewrites: looking from another thread while a batch ran
+     * followed links that had become user data (SIGSEGV, found by a
+     * review). So it looks holding the write side, unless no combiner can
+     * run anyway: this thread's own batch is open (paused) or its command
+     * is running (read-only, or a combined batch's), or this is a fork
+     * child (it has no combiner; the parent's cannot write its memory). */
+    if (batch_open_here || split_alloc_rw_thread || forked_child || fc_in_read(rt.fc))
+        return dheap_fits(bytes);
+    fits_args a = {.bytes = bytes, .fits = false};
+    (void)fc_execute_locked(rt.fc, fits_locked, &a); /* (fails only without rt.fc) */
+    return a.fits;
 }
 
 uint64_t mango_reply_ticket(void)
