@@ -176,8 +176,9 @@ enum {
  * would write the pool or wait for it (batches, commands, submits, waits,
  * bulk loads, mango_rpc_start, mango_shutdown) fails with MANGO_EINVAL and
  * leaves it alone, even the end of a batch the parent had open; the child's
- * stores stay in its own memory and its allocations come from the glibc
- * heap. The parent is unaffected. */
+ * stores stay in its own memory, its allocations come from the glibc
+ * heap, and its free() of a durable object does nothing (the object is the
+ * parent's). The parent is unaffected. */
 int mango_init(const mango_config *cfg, const mango_callbacks *cb);
 
 /* Stop the runtime: drain the log into the mirror, close the pool. Frees

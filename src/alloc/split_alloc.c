@@ -13,7 +13,8 @@
  *                                            realloc: moved to glibc memory,
  *                                            the durable block queued
  *                                            (dropped once the queue is
- *                                            closed: after mango_shutdown)
+ *                                            closed: after mango_shutdown,
+ *                                            in a fork child)
  *     transient pointer, read-write thread, realloc -> moved into the durable
  *                                            heap (the copy is captured)
  *     transient pointer otherwise          -> glibc
@@ -85,9 +86,17 @@ static void resolve_libc_usable_size(void)
     split_alloc_rw_thread = rw;
 }
 
+static void defer_fork_child(void);
+
 __attribute__((constructor)) static void split_alloc_init(void)
 {
     resolve_libc_usable_size();
+    /* Registered here, not by mango_init: a child forked with no runtime up
+     * (a heap still attached after mango_shutdown) needs it too. */
+    if (pthread_atfork(NULL, NULL, defer_fork_child) != 0) {
+        static const char msg[] = "mangosteen: pthread_atfork failed: a fork() child's durable frees may hang\n";
+        (void)!write(2, msg, sizeof msg - 1);
+    }
 }
 
 static size_t transient_usable_size(void *p)
@@ -118,10 +127,10 @@ static size_t transient_usable_size(void *p)
  * heap never handed out: abort.)
  *
  * Closed (split_alloc_deferred_close, called by mango_shutdown once its
- * last batch has drained the queue): no batch will run against this
- * attachment any more, so such a free does nothing; the object stays
- * allocated in the pool, which is closed. A new attachment opens the queue
- * again. */
+ * last batch has drained the queue, and in a fork() child): no batch will
+ * run against this attachment any more, so such a free does nothing; the
+ * object stays allocated in the pool, which is closed (or, in a child, the
+ * parent's). A new attachment opens the queue again. */
 
 static pthread_mutex_t defer_lock = PTHREAD_MUTEX_INITIALIZER;
 static void **defer_q;
@@ -195,6 +204,19 @@ void split_alloc_deferred_close(void)
     __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
     defer_closed = true;
     pthread_mutex_unlock(&defer_lock);
+}
+
+/* fork() child: another thread of the parent may have held defer_lock at
+ * the fork, and it does not exist here, so the lock is made anew (a child's
+ * first durable free hung on it: found by a review). The child never writes
+ * the parent's pool (runtime.c, "fork() children"), so its queue is closed:
+ * what it frees of the durable heap stays the parent's. */
+static void defer_fork_child(void)
+{
+    pthread_mutex_init(&defer_lock, NULL);
+    defer_epoch = dheap_epoch();
+    defer_n = 0;
+    defer_closed = true;
 }
 
 /* ---- the malloc family ---------------------------------------------------- */

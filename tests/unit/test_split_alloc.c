@@ -6,7 +6,8 @@
  * frees from other threads drained later, contents preserved when realloc
  * moves a block across the boundary, glibc's own internal allocations
  * (strdup, printf) still working; queued frees dropped when the heap is
- * detached or attached again, or the queue closed.
+ * detached or attached again, or the queue closed, and a fork() child whose
+ * parent held the queue's lock not hanging in free().
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -16,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "alloc/durable_heap.h"
@@ -73,6 +76,41 @@ static void *free_from_thread(void *arg)
     int ok = t && !dheap_contains(t);
     free(t);
     return ok ? (void *)1 : NULL;
+}
+
+/* Takes and releases the deferred-free queue's lock over and over (it is
+ * taken while a free is queued), so that forks land while it is held. */
+static volatile int holder_stop;
+static void *lock_holder(void *arg)
+{
+    (void)arg;
+    while (!holder_stop)
+        (void)split_alloc_deferred_pending();
+    return NULL;
+}
+
+/* A child forked while another thread may hold the queue's lock: its free
+ * of a durable object must return (it is dropped: the child never writes
+ * the parent's heap) and leave nothing queued. Returns how many of `forks`
+ * children failed (hung: killed by their alarm). */
+static int fork_children_free(void *obj, int forks)
+{
+    int failed = 0;
+    for (int i = 0; i < forks && !failed; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            alarm(2);
+            free(obj);
+            _exit(split_alloc_deferred_pending() ? 3 : 0);
+        }
+        int st = 0;
+        if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "fork %d: child %s %d\n", i, WIFSIGNALED(st) ? "killed by signal" : "exited",
+                    WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+            failed++;
+        }
+    }
+    return failed;
 }
 
 int main(void)
@@ -230,6 +268,26 @@ int main(void)
     split_alloc_drain_deferred();
     split_alloc_rw_thread = false;
     CHECK(allocated() == fresh + malloc_usable_size(c1) + 8); /* c1 stays allocated: dropped */
+    CHECK(dheap_check() == 0);
+
+    /* fork() while another thread holds the queue's lock: the child's
+     * durable free neither hangs nor queues. */
+    split_alloc_rw_thread = true;
+    void *held = malloc(100), *in_child = malloc(100);
+    split_alloc_rw_thread = false;
+    free(held); /* something queued: the holder's calls then take the lock */
+    pthread_t holder;
+    CHECK(pthread_create(&holder, NULL, lock_holder, NULL) == 0);
+    fflush(NULL);
+    CHECK(fork_children_free(in_child, 200) == 0);
+    holder_stop = 1;
+    CHECK(pthread_join(holder, NULL) == 0);
+    CHECK(split_alloc_deferred_pending()); /* the parent's queue is untouched */
+    split_alloc_rw_thread = true;
+    split_alloc_drain_deferred();
+    free(in_child);
+    split_alloc_rw_thread = false;
+    CHECK(allocated() == fresh + malloc_usable_size(c1) + 8);
     CHECK(dheap_check() == 0);
 
     /* Plain libc use outside read-write still works after all this. */
