@@ -124,7 +124,9 @@ uint64_t dheap_carved(void);
  * changed. */
 bool dheap_reclaim(void);
 /* Would one request of n bytes find room now, without reclaiming? Slab
- * objects are judged as small chunks (a slab can fall back to one). */
+ * objects are judged as small chunks (a slab can fall back to one). It
+ * does not count malloc's last resort for a small request, the split of a
+ * larger free small chunk: false is no promise that malloc fails. */
 bool dheap_fits(size_t n);
 /* Reclaims that changed the heap since attach (transient; a statistic). */
 uint64_t dheap_reclaims(void);

@@ -1272,6 +1272,70 @@ static void test_reclaim_triggers(void)
     munmap(base, cap);
 }
 
+/* Free small chunks between live objects (found by a review: a heap 96.7 %
+ * free refused every 3000-byte request). 6000-byte objects alternate with
+ * 200-byte ones until the heap is full, then the big ones are freed: each
+ * 6 KiB chunk is alone between two live ones, and smaller requests of other
+ * classes split it. Every store is captured; the captured image recovers. */
+static void test_stranded_small(void)
+{
+    size_t cap = 4 << 20;
+    static void *big[1 << 12];
+    static void *got[1 << 14];
+    g_mirror = map_range(NULL, cap);
+    char *base = fresh_heap(cap);
+    g_hwm = cap;
+    size_t n = 0;
+    for (;;) {
+        void *b = dheap_malloc(6000);
+        if (!b)
+            break;
+        big[n++] = b;
+        if (!dheap_malloc(200))
+            break;
+    }
+    CHECK(n > 500);
+    for (size_t i = 0; i < n; i++)
+        dheap_free(big[i]);
+    uint64_t allocated;
+    dheap_usage(NULL, NULL, &allocated);
+    uint64_t free_bytes = cap - allocated;
+    size_t k = 0;
+    while (k < (1 << 14) && (got[k] = dheap_malloc(3000)) != NULL)
+        k++;
+    printf("stranded small chunks: %zu of 6000 bytes freed (%.1f %% free), then %zu requests of 3000 served "
+           "(%.1f %% of the free bytes; %llu reclaims)\n", n, 100.0 * (double)free_bytes / (double)cap, k,
+           100.0 * (double)k * 3000 / (double)free_bytes, (unsigned long long)dheap_reclaims());
+    CHECK(k >= 2 * n - 2); /* two per freed 6 KiB chunk (before: none) */
+    CHECK(dheap_reclaims() <= 2); /* the splits do not make every request walk the heap */
+    CHECK(dheap_check() == 0);
+    CHECK(mirror_matches(cap));
+    /* Every other one freed again: 500-byte requests take six of each. */
+    size_t freed = 0;
+    for (size_t i = 0; i < k; i += 2, freed++)
+        dheap_free(got[i]);
+    size_t more = 0;
+    while (more < 7 * freed && dheap_malloc(500))
+        more++;
+    CHECK(more >= 6 * freed);
+    CHECK(dheap_check() == 0);
+    CHECK(mirror_matches(cap));
+    /* A crash: the captured image alone is a consistent heap. */
+    uint64_t top = heap_top();
+    CHECK(dheap_extent_of_root((dheap_root *)g_mirror, cap) == top);
+    dheap_detach();
+    map_range(base, cap);
+    memcpy(base, g_mirror, top);
+    CHECK(dheap_attach(base, cap, false, capture) == 0);
+    CHECK(dheap_check() == 0);
+    dheap_usage(NULL, NULL, &allocated);
+    CHECK(allocated == ((dheap_root *)g_mirror)->allocated);
+    dheap_detach();
+    munmap(g_mirror, cap);
+    g_mirror = NULL;
+    munmap(base, cap);
+}
+
 /* Regions the slab map names. */
 static uint64_t slab_regions(const char *base, size_t cap)
 {
@@ -1451,6 +1515,7 @@ int main(int argc, char **argv)
     test_exhaustion();
     test_reclaim();
     test_reclaim_triggers();
+    test_stranded_small();
     test_reclaim_workload();
     test_errors();
     CHECK(g_bad_captures == 0);
