@@ -267,6 +267,20 @@ static void maybe_lower(backend *b)
     pthread_mutex_unlock(&b->mu);
 }
 
+/* A round or a head rewrite failed: stop for good. The failed sync is never
+ * retried (a retry that "succeeds" proves nothing about what the failed one
+ * dropped: fsyncgate), so the frontend must learn of it now: the error for
+ * its threads, pd.failed for the commit path, and a wake-up for the writers
+ * waiting for log space, which would otherwise sleep holding the write side. */
+static void *backend_fail(backend *b, int rc)
+{
+    mango_error_publish_fatal(); /* why, for the frontend's threads */
+    atomic_store(&b->error, rc);
+    b->pool->pd.failed = true;
+    redo_log_wake_space_waiters(b->log);
+    return NULL;
+}
+
 static void *backend_main(void *arg)
 {
     backend *b = arg;
@@ -282,13 +296,8 @@ static void *backend_main(void *arg)
         uint64_t committed = atomic_load_explicit(&l->committed_lsn, memory_order_acquire);
         if (committed != b->applied_lsn) {
             int rc = backend_round(b, committed);
-            if (rc != MANGO_OK) {
-                mango_error_publish_fatal(); /* why, for the frontend's threads */
-                atomic_store(&b->error, rc);
-                b->pool->pd.failed = true;
-                redo_log_release(l, atomic_load(&l->reusable_lsn)); /* wake waiters to fail */
-                return NULL;
-            }
+            if (rc != MANGO_OK)
+                return backend_fail(b, rc);
             maybe_lower(b);
         }
         /* If the frontend waits for space that only lags because the older
@@ -296,8 +305,9 @@ static void *backend_main(void *arg)
         if (atomic_load(&l->space_waiters) && b->pool->older_head_lsn != b->applied_lsn) {
             int rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, l->generation, false);
             b->syncs++;
-            if (rc == MANGO_OK)
-                redo_log_release(l, b->pool->older_head_lsn);
+            if (rc != MANGO_OK) /* as a round's failure: never retried */
+                return backend_fail(b, rc);
+            redo_log_release(l, b->pool->older_head_lsn);
             continue;
         }
         if (atomic_load(&b->stop) && atomic_load(&l->committed_lsn) == b->applied_lsn)
@@ -410,7 +420,12 @@ int backend_stop(backend *b, bool drain)
     pthread_join(b->thread, NULL);
     b->started = false;
     int rc = atomic_load(&b->error);
-    if (rc == MANGO_OK && drain)
+    /* A failed pool gets no clean head: a sync failed somewhere (the log's,
+     * a big batch's, the backend's), and clean would tell recovery that
+     * everything up to here is safe. */
+    if (rc == MANGO_OK && drain && b->pool->pd.failed)
+        rc = mango_error(MANGO_EIO, "the pool had an I/O error; its head is not marked clean");
+    else if (rc == MANGO_OK && drain)
         rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, b->log->generation, true);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);

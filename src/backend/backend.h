@@ -74,7 +74,8 @@ int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist
 int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority prio);
 /* Frontend: a commit was published. Cheap unless the backend sleeps. */
 void backend_notify(backend *b);
-/* Stop; with drain, apply everything committed first and mark the head clean. */
+/* Stop; with drain, apply everything committed first and mark the head clean
+ * (not a failed pool's: then MANGO_EIO, or the backend's own error). */
 int backend_stop(backend *b, bool drain);
 
 #endif

@@ -97,7 +97,12 @@ int redo_log_wait_reusable(redo_log *l, uint64_t lsn)
         pthread_cond_wait(&l->space_cv, &l->mu);
         l->space_waiters--;
     }
+    /* Space came, but the pool may have failed meanwhile (a sync of the log,
+     * a big batch or the backend's): nothing more may be committed. */
+    bool failed = l->pool->pd.failed;
     pthread_mutex_unlock(&l->mu);
+    if (failed)
+        return mango_error(MANGO_EIO, "waiting for the backend to free log space, but the pool has failed");
     return MANGO_OK;
 }
 
