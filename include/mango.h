@@ -447,7 +447,10 @@ int mango_scratch(const void *addr, size_t len);
  * mango_init, without a durable mode, inside a batch
  * or read-write command (call it outside any: it waits for the write side
  * as a read-write command does; never from a read-only command), or in a
- * fork() child; MANGO_EIO/MANGO_ENOMEM if the writer cannot be started or
+ * fork() child; MANGO_EFAILED once the runtime has stopped after an error,
+ * also when a batch that held the write side while the call waited for it
+ * failed to commit (its stores, answered with an error, are never in a
+ * snapshot); MANGO_EIO/MANGO_ENOMEM if the writer cannot be started or
  * fails (its message says why; nothing is left at path). info (may be
  * NULL) gets the heap bytes copied, how long the write side was held and
  * the whole call's time. The heap's bytes are also written to disk once,

@@ -939,6 +939,12 @@ static void snapshot_locked(void *arg)
     }
     if (rc == MANGO_OK)
         rc = drain_pipeline();
+    /* mango_snapshot_start checked rt.failed before it waited for the write
+     * side; a batch that held it meanwhile may have failed to commit, and
+     * its stores are in memory, answered with an error: the fork would copy
+     * them (found by a review). Checked here, under the write side. */
+    if (rc == MANGO_OK && (atomic_load(&rt.failed) || rt.pool.pd.failed || atomic_load(&rt.backend.error)))
+        rc = mango_error_stopped();
     uint64_t applied = atomic_load(&rt.backend.applied_lsn); /* before the bitmaps are read */
     if (rc == MANGO_OK)
         rc = snapshot_start(&rt.pool, &rt.log, applied, j->path, j->shares_disk, &j->job);
