@@ -253,17 +253,27 @@ static void boost_locked(backend *b)
     (void)set_policy(b->thread, SCHED_OTHER); /* permitted: probed at start */
 }
 
+/* Must the backend stay boosted? */
+static bool keep_boost(backend *b)
+{
+    uint64_t backlog = atomic_load(&b->log->committed_lsn) - b->applied_lsn;
+    return backlog >= b->wake_bytes / 2 || atomic_load(&b->log->space_waiters) || atomic_load(&b->stop);
+}
+
 /* Backend, after a round: lower itself again once it has caught up. */
 static void maybe_lower(backend *b)
 {
-    if (!b->lowered || !atomic_load(&b->boosted))
-        return;
-    uint64_t backlog = atomic_load(&b->log->committed_lsn) - b->applied_lsn;
-    if (backlog >= b->wake_bytes / 2 || atomic_load(&b->log->space_waiters) || atomic_load(&b->stop))
+    if (!b->lowered || !atomic_load(&b->boosted) || keep_boost(b))
         return;
     pthread_mutex_lock(&b->mu);
-    atomic_store(&b->boosted, 0);
-    (void)set_policy(pthread_self(), SCHED_IDLE);
+    /* Again under b->mu: a writer that began to wait for space (or a stop)
+     * after the check above boosts under b->mu, and seeing boosted set it
+     * does nothing, so lowering now would leave the backend SCHED_IDLE
+     * while that writer waits (found by a review). */
+    if (!keep_boost(b)) {
+        atomic_store(&b->boosted, 0);
+        (void)set_policy(pthread_self(), SCHED_IDLE);
+    }
     pthread_mutex_unlock(&b->mu);
 }
 
