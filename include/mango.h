@@ -517,7 +517,11 @@ bool mango_in_rw_command(void);
 const char *mango_strerror(int code);
 const char *mango_last_error(void);
 
-/* Counters for benchmarks and tests. */
+/* Counters for benchmarks and tests. Those of the backend and the sync
+ * thread are read atomically; those the frontend keeps under the write side
+ * (batches, commands, log bytes, ...) are read without taking it: exact when
+ * no command runs (e.g. after the client threads were joined), while
+ * commands run a snapshot that may lag, the fields not taken at one moment. */
 typedef struct mango_stats {
     uint64_t batches;        /* committed read-write batches */
     uint64_t rw_commands;    /* read-write commands executed */

@@ -163,8 +163,8 @@ static int backend_round(backend *b, uint64_t committed)
 #endif
     b->applied_lsn = res.end_lsn;
     b->applied_seq = res.next_seq;
-    b->rounds++;
-    b->syncs += 2;
+    atomic_fetch_add_explicit(&b->rounds, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->syncs, 2, memory_order_relaxed);
     redo_log_release(b->log, p->older_head_lsn);
     return MANGO_OK;
 }
@@ -314,7 +314,7 @@ static void *backend_main(void *arg)
          * head slot still names an older head, rewrite the head once. */
         if (atomic_load(&l->space_waiters) && b->pool->older_head_lsn != b->applied_lsn) {
             int rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, l->generation, false);
-            b->syncs++;
+            atomic_fetch_add_explicit(&b->syncs, 1, memory_order_relaxed);
             if (rc != MANGO_OK) /* as a round's failure: never retried */
                 return backend_fail(b, rc);
             redo_log_release(l, b->pool->older_head_lsn);

@@ -48,8 +48,9 @@ typedef struct backend {
     _Atomic uint64_t applied_lsn; /* read by backend_notify on the frontend */
     uint64_t applied_seq;
     _Atomic int error; /* MANGO_E* once the backend failed */
-    uint64_t rounds;
-    uint64_t syncs; /* mirror + head syncs issued */
+    /* Counters the backend bumps and mango_get_stats reads (relaxed). */
+    _Atomic uint64_t rounds;
+    _Atomic uint64_t syncs; /* mirror + head syncs issued */
     bool lowered;          /* runs SCHED_IDLE between boosts (mango_backend_priority) */
     _Atomic int boosted;   /* lowered, and raised to SCHED_OTHER until it catches up */
     _Atomic uint64_t boosts; /* times the frontend raised it */

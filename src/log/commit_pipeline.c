@@ -103,8 +103,8 @@ static void *sync_main(void *arg)
             return NULL;
         }
         if (to > from) {
-            cp->deferred_syncs++;
-            cp->deferred_sync_ns += dt;
+            atomic_fetch_add_explicit(&cp->deferred_syncs, 1, memory_order_relaxed);
+            atomic_fetch_add_explicit(&cp->deferred_sync_ns, dt, memory_order_relaxed);
             cp->frames_per_sync_total += frames;
         }
         atomic_store(&cp->durable, target);

@@ -54,8 +54,9 @@ typedef struct commit_pipeline {
     int error;                  /* MANGO_EIO after a failed deferred sync (under mu) */
     bool stop;
     int event_fd;               /* eventfd written at every durable advance; -1: none */
-    uint64_t deferred_syncs;
-    uint64_t deferred_sync_ns;      /* time in those syncs (sync thread only) */
+    /* written by the sync thread only; mango_get_stats reads them (relaxed) */
+    _Atomic uint64_t deferred_syncs;
+    _Atomic uint64_t deferred_sync_ns; /* time in those syncs */
     uint64_t frames_per_sync_total; /* frames covered by deferred syncs */
     uint64_t deferred_frames;       /* sealed, not yet covered (under mu) */
     /* Told of every advance of durable and of a failure, after the waiters

@@ -72,7 +72,7 @@ int redo_log_wait_reusable(redo_log *l, uint64_t lsn)
     if (atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) >= lsn)
         return MANGO_OK;
     pthread_mutex_lock(&l->mu);
-    l->full_waits++;
+    atomic_fetch_add_explicit(&l->full_waits, 1, memory_order_relaxed);
     while (atomic_load_explicit(&l->reusable_lsn, memory_order_acquire) < lsn) {
         if (l->pool->pd.failed) {
             pthread_mutex_unlock(&l->mu);

@@ -128,7 +128,7 @@ typedef struct redo_log {
     pthread_mutex_t mu;
     pthread_cond_t space_cv;
     _Atomic unsigned space_waiters;
-    uint64_t full_waits;
+    _Atomic uint64_t full_waits; /* (under mu; mango_get_stats reads it without) */
     /* called (without l->mu held) when the combiner starts waiting for space */
     void (*kick)(void *arg);
     void *kick_arg;

@@ -23,6 +23,7 @@
 #ifndef MANGO_PERSIST_H
 #define MANGO_PERSIST_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -56,7 +57,10 @@ typedef struct persist_domain {
     char *base;
     size_t len;
     int fd;
-    bool failed; /* a sync failed: nothing may be acknowledged any more */
+    /* A sync failed: nothing may be acknowledged any more. Set by whichever
+     * thread's sync failed (a combiner, the sync thread, the backend) and read
+     * by the others, so atomic. */
+    _Atomic bool failed;
     /* fs mode: the write-through window [wt_lo, wt_hi) (wt_hi == 0: none). */
     uintptr_t wt_lo, wt_hi;
     int wt_fd;

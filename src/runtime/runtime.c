@@ -1769,12 +1769,13 @@ void mango_get_stats(mango_stats *out)
     out->log_blocks = rt.log_blocks;
     out->log_bytes = rt.log_bytes;
     out->overflow_blocks = rt.overflow_blocks;
-    out->log_full_waits = rt.log.full_waits;
-    out->frontend_syncs = rt.commit_syncs + rt.pipe.deferred_syncs;
+    out->log_full_waits = atomic_load_explicit(&rt.log.full_waits, memory_order_relaxed);
+    uint64_t pipe_syncs = atomic_load_explicit(&rt.pipe.deferred_syncs, memory_order_relaxed);
+    out->frontend_syncs = rt.commit_syncs + pipe_syncs;
     out->pipelined_batches = rt.pipelined_batches;
-    out->pipeline_syncs = rt.pipe.deferred_syncs;
-    out->commit_ns_total = rt.commit_ns + rt.pipe.deferred_sync_ns;
-    out->backend_syncs = rt.backend.syncs;
+    out->pipeline_syncs = pipe_syncs;
+    out->commit_ns_total = rt.commit_ns + atomic_load_explicit(&rt.pipe.deferred_sync_ns, memory_order_relaxed);
+    out->backend_syncs = atomic_load_explicit(&rt.backend.syncs, memory_order_relaxed);
     out->backend_lowered = rt.backend.lowered;
     out->backend_boosts = atomic_load_explicit(&rt.backend.boosts, memory_order_relaxed);
     capture_verify_stats(&out->verify_batches, &out->verify_missed_blocks);
