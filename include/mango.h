@@ -212,8 +212,8 @@ int mango_client_cmd(void *ctx);
  * ticket >= *ticket (0: at once). So one thread can serve many clients,
  * holding each response rather than waiting (RPC mode does this). In modes
  * without pipelined commits (mango_commit_is_pipelined() false) the ticket
- * is always 0. If mango_durable_ticket() reports MANGO_EIO, responses whose
- * ticket is past *durable must never be sent. Errors as mango_client_cmd. */
+ * is always 0. If mango_durable_ticket() reports an error (MANGO_EIO,
+ * MANGO_EFAILED), responses whose ticket is past *durable must never be sent. Errors as mango_client_cmd. */
 int mango_client_submit(void *ctx, uint64_t *ticket);
 
 /* RPC mode: Mangosteen owns the sockets (docs/rpc.md). A TCP listener and
@@ -303,9 +303,11 @@ bool mango_batch_open(void);
  * bytes to clear it. A ticket that is durable when handed out (submit or end
  * synced it inline) does not make it readable: the caller knows already.
  *
- * mango_durable_ticket() returns MANGO_EIO once a deferred sync has failed:
- * tickets past *durable are then never durable, their replies must not be
- * sent, and the runtime accepts no more writes. Single event-loop thread: do
+ * mango_durable_ticket() returns MANGO_EIO once a deferred sync has failed,
+ * and MANGO_EFAILED once the runtime stopped after any other error (a batch
+ * whose inline commit failed gets no ticket, so the one its replies were
+ * to wait for never comes): tickets past *durable are then never durable,
+ * their replies must not be sent, and the runtime accepts no more writes. Single event-loop thread: do
  * not mix with mango_client_cmd from other threads (mango_batch_end and
  * mango_client_cmd still work and wait for everything in flight). */
 int mango_batch_submit(uint64_t *ticket);

@@ -1390,6 +1390,12 @@ int mango_durable_ticket(uint64_t *durable)
         mango_error_adopt_fatal(); /* the sync thread's message says why */
         return MANGO_EIO;
     }
+    /* Any other failure: an inline commit's (fail()) hands out no ticket, so
+     * the one its replies wait for (mango_reply_ticket) never comes, and
+     * the runtime takes no more writes (found by a review: reported OK, a
+     * caller waiting for that ticket waited for good). */
+    if (atomic_load_explicit(&rt.failed, memory_order_acquire))
+        return mango_error_stopped();
     return MANGO_OK;
 }
 
