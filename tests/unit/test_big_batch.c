@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "mango.h"
+#include "pool/pool_format.h"
 
 #include "check.h"
 #include "kill_child.h"
@@ -222,6 +223,14 @@ static void emulated_checks(const char *pool, const char *big_path)
     CHECK(stat(big_path, &fst) == 0 && fst.st_size == 0);
     CHECK(mango_shutdown() == MANGO_OK);
     CHECK(!file_exists(big_path)); /* clean shutdown: no frame names it */
+    /* ... in either head slot: recovery falls back to the older one if the
+     * clean one is damaged, and must not need the file then either. */
+    pool_head_slot sl[2] = {{0}};
+    FILE *pf = fopen(pool, "rb");
+    CHECK(pf && fseek(pf, POOL_HEAD_OFFSET, SEEK_SET) == 0 && fread(sl, sizeof sl, 1, pf) == 1);
+    if (pf)
+        fclose(pf);
+    CHECK(sl[0].clean + sl[1].clean == 1 && sl[0].head_lsn == sl[1].head_lsn);
     int rc = start(pool, MANGO_PERSIST_EMULATED);
     CHECK(rc == MANGO_RECOVERED);
     if (rc == MANGO_RECOVERED) {
