@@ -20,6 +20,10 @@ Systems (--systems):
   durable-fs-always-pipelined  durable-fs with MANGO_REDIS_INLINE_IDLE=0: every
                      batch goes to the sync thread, even when the loop has
                      nothing else to do (not default; docs/redis.md)
+  durable-none       the durable binary with MANGO_MODE=none: no pool, no
+                     capture; the same build as the durable systems (clang,
+                     libc malloc), so the baseline of the emulated goals
+                     without Debian's build differences (gcc, jemalloc)
   stock-none         /usr/bin/redis-server, --save "" --appendonly no
   stock-aof-always   appendonly yes, appendfsync always, AOF in --fs-dir
   stock-aof-everysec appendonly yes, appendfsync everysec, AOF in --fs-dir
@@ -94,7 +98,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 ALL_SYSTEMS = ["durable-emulated", "durable-fs", "durable-fs-inline", "durable-fs-nogather", "durable-fs-blocks",
-               "durable-fs-always-pipelined", "durable-fs-paced",
+               "durable-fs-always-pipelined", "durable-fs-paced", "durable-none",
                "stock-none", "stock-aof-always",
                "stock-aof-everysec", "stock-aof-always-shm"]
 DEFAULT_SYSTEMS = ["durable-emulated", "durable-fs", "stock-none", "stock-aof-always", "stock-aof-everysec"]
@@ -105,7 +109,7 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
               "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
               "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb",
-              "replica_lag_kb_mean", "replica_lag_kb_max"]
+              "replica_lag_kb_mean", "replica_lag_kb_max", "settle_s", "aof_rewrites_in_run"]
 
 
 def log(*a):
@@ -268,16 +272,81 @@ class QueueLoad:
                 time.sleep(delay)
 
 
-def info_replication(port):
-    """INFO replication of the server on port, as a dict of its fields."""
+def info_section(port, section):
+    """INFO <section> of the server on port, as a dict of its fields."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as sk:
-        sk.sendall(resp_request("INFO", "replication"))
+        sk.sendall(resp_request("INFO", section))
         f = sk.makefile("rb")
         head = f.readline()
         if not head.startswith(b"$"):
-            raise RuntimeError("INFO replication answered %r" % head)
+            raise RuntimeError("INFO %s answered %r" % (section, head))
         body = f.read(int(head[1:]) + 2).decode(errors="replace")
     return dict(line.split(":", 1) for line in body.split("\r\n") if ":" in line)
+
+
+def info_replication(port):
+    return info_section(port, "replication")
+
+
+def file_sha256(path):
+    import hashlib
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:
+        return "n/a"
+    return h.hexdigest()[:16]
+
+
+def build_identity(args):
+    """What ran, so that a result can be tied to a build (a benchmark audit,
+    session 37): the repository's commit (and whether its tree had changes),
+    hashes of the binaries, the MANGO_* variables passed through."""
+    def git(*a):
+        r = subprocess.run(["git", "-C", REPO] + list(a), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return r.stdout.strip() if r.returncode == 0 else "n/a"
+    return dict(commit=git("rev-parse", "--short=12", "HEAD"),
+                tree_changed=git("status", "--porcelain", "--untracked-files=no") not in ("", "n/a"),
+                durable_sha256=file_sha256(args.durable), stock_sha256=file_sha256(args.stock),
+                ycsb_sha256=file_sha256(args.ycsb),
+                mango_env={k: v for k, v in os.environ.items() if k.startswith("MANGO_")})
+
+
+def settle_after_load(srv, timeout=600):
+    """--settle: each system starts its run as a long-running server would be,
+    not with the load's leftovers. Stock Redis with an AOF: the load leaves a
+    base file of a few bytes and 60 MB of appended commands, so its automatic
+    rewrite (100 % growth over 64 MB) started 0.6-1.3 s into a run (found by
+    a benchmark audit, session 37): a BGREWRITEAOF after the load, waited
+    for. Durable Redis: its backend's backlog of applying the load's log to
+    the pool, waited for until the log is applied. Returns the seconds it
+    took."""
+    t0 = time.monotonic()
+    aof = srv.system.startswith("stock-aof")
+    if aof:
+        reply = redis_cmd(srv.port, "BGREWRITEAOF")
+        if reply.startswith("-"):
+            raise RuntimeError("%s: BGREWRITEAOF answered %r" % (srv.system, reply))
+    elif not srv.system.startswith("durable"):
+        return 0.0
+    while time.monotonic() - t0 < timeout:
+        if aof:
+            p = info_section(srv.port, "persistence")
+            if p.get("aof_rewrite_in_progress") == "0" and p.get("aof_rewrite_scheduled") == "0":
+                return time.monotonic() - t0
+        elif int(info_section(srv.port, "mangosteen").get("mango_log_unapplied_bytes", "0")) == 0:
+            return time.monotonic() - t0
+        time.sleep(0.05)
+    raise RuntimeError("%s: not settled after the load within %d s" % (srv.system, timeout))
+
+
+def aof_rewrites(srv):
+    """Rewrites stock Redis made so far ("" for durable systems and no AOF)."""
+    if not srv.system.startswith("stock-aof"):
+        return ""
+    return int(info_section(srv.port, "persistence").get("aof_rewrites", "0"))
 
 
 class Replica:
@@ -370,11 +439,11 @@ class Server:
         self.pool = None
         if system.startswith("durable"):
             self.binary = args.durable
-            base = shmdir if system == "durable-emulated" else fsdir
+            base = shmdir if system in ("durable-emulated", "durable-none") else fsdir
             os.makedirs(base, exist_ok=True)
             self.pool = os.path.join(base, "%s-%s.pool" % (system, tag))
             self.env["MANGO_POOL"] = self.pool
-            self.env["MANGO_MODE"] = "emulated" if system == "durable-emulated" else "fs"
+            self.env["MANGO_MODE"] = {"durable-emulated": "emulated", "durable-none": "none"}.get(system, "fs")
             self.env.pop("MANGO_PIPELINE", None)  # from the caller's environment: not for durable-fs
             self.env.pop("MANGO_REDIS_GATHER_US", None)
             self.env.pop("MANGO_DATA_RANGES", None)
@@ -568,6 +637,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
             replica = Replica(args, srv.port, workdir, "%s-%s" % (system, tag))
             replica.catch_up(srv.port)
             offset0 = int(info_replication(srv.port)["master_repl_offset"])
+        settle_s = "%.2f" % settle_after_load(srv) if args.settle else ""
+        rewrites0 = aof_rewrites(srv)
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
         t0 = cpu_times()
         s0 = proc_cpu_seconds(srv.proc.pid)
@@ -591,6 +662,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         s1 = proc_cpu_seconds(srv.proc.pid)
         server_cpu = ("%.2f" % ((s1 - s0) * 1e6 / int(res["ops"]))
                       if s0 is not None and s1 is not None and int(res.get("ops", 0) or 0) > 0 else "")
+        rewrites = aof_rewrites(srv)
+        rewrites = rewrites - rewrites0 if rewrites != "" else ""
         status = "ok" if (res["exit"] == 0 and int(res.get("errors", 0)) == 0) else "errors"
         catchup = stream_mb = ""
         if replica:  # after the run: how far behind the replica was, and how much it received
@@ -609,7 +682,7 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""),
                     target_ops_per_sec=res.get("target_ops_per_sec", ""),
                     intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu,
-                    queue_pushes=qpush, queue_pops=qpop)
+                    queue_pushes=qpush, queue_pops=qpop, settle_s=settle_s, aof_rewrites_in_run=rewrites)
     finally:
         if replica:
             replica.close()
@@ -712,6 +785,24 @@ def write_md(args, rows, path, meta, recovery_rows):
     out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
                "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
                    args.fs_dir, meta["fs_type"], args.shm_dir))
+    if getattr(args, "settle", False):
+        rw = [int(r["aof_rewrites_in_run"]) for r in rows
+              if r.get("status") == "ok" and r.get("aof_rewrites_in_run") not in (None, "")]
+        out.append("- after the load each system settled before its run (`--settle`): stock Redis with an "
+                   "AOF rewrote it (`BGREWRITEAOF`, waited for; without it the load's 60 MB of appended "
+                   "commands over a base of a few bytes set off Redis's automatic rewrite 0.6-1.3 s into "
+                   "a run), durable Redis applied its log to the pool (column `settle_s`); automatic AOF "
+                   "rewrites during the runs shown: %d" % sum(rw))
+    else:
+        out.append("- each run started right after the load (`--no-settle`): stock Redis's automatic AOF "
+                   "rewrite may run during it")
+    b = meta.get("build") or {}
+    if b:
+        out.append("- build: commit %s%s; durable binary sha256 %s…, stock %s…, ycsb_redis %s…; MANGO_* "
+                   "variables passed through: %s" % (
+                       b.get("commit"), " (tree with changes)" if b.get("tree_changed") else "",
+                       b.get("durable_sha256"), b.get("stock_sha256"), b.get("ycsb_sha256"),
+                       ", ".join("%s=%s" % kv for kv in sorted(b.get("mango_env", {}).items())) or "none"))
     out.append("- mixes: A = 50 % read/50 % update (= U50), B = 95/5 (= U5), C = read only (= U0), "
                "F = 50 % read/50 % read-modify-write, U<P> = P % updates. Read = HGETALL, update = "
                "HSET of one field.\n")
@@ -786,6 +877,10 @@ def write_md(args, rows, path, meta, recovery_rows):
             ratio_cols.append(("durable-fs-always-pipelined", "stock-aof-always"))
         if "durable-fs-paced" in systems and "stock-aof-always" in systems:
             ratio_cols.append(("durable-fs-paced", "stock-aof-always"))
+        if "durable-emulated" in systems and "durable-none" in systems:
+            ratio_cols.append(("durable-emulated", "durable-none"))
+        if "durable-none" in systems and "stock-none" in systems:
+            ratio_cols.append(("durable-none", "stock-none"))
         if "durable-emulated" in systems and "stock-aof-always-shm" in systems:
             ratio_cols.append(("durable-emulated", "stock-aof-always-shm"))
         if ratio_cols:
@@ -921,7 +1016,7 @@ def plot(rows, outdir):
              "durable-fs-inline": ("tab:brown", "P", "-"), "durable-fs-nogather": ("tab:olive", "X", "-"),
              "durable-fs-blocks": ("tab:cyan", "*", "-"),
              "durable-fs-always-pipelined": ("tab:pink", "h", "-"),
-             "durable-fs-paced": ("tab:gray", "d", "-."),
+             "durable-fs-paced": ("tab:gray", "d", "-."), "durable-none": ("dimgray", "1", "--"),
              "stock-none": ("black", "^", "--"), "stock-aof-always": ("tab:red", "v", ":"),
              "stock-aof-everysec": ("tab:green", "D", ":"), "stock-aof-always-shm": ("tab:purple", "x", ":")}
     umixes = sorted([m for m in mixes if mix_update_pct(m) is not None], key=mix_update_pct)
@@ -1336,6 +1431,10 @@ def main():
                    help="give every server a replica: Debian's stock redis-server (--stock), attached after the "
                         "load with a diskless full sync and caught up before the run, so the run streams its "
                         "writes to it; results.csv records how long it took to catch up after the run")
+    p.add_argument("--settle", action=argparse.BooleanOptionalAction, default=True,
+                   help="after the load, let each system settle before its run: stock Redis with an AOF "
+                        "rewrites it (BGREWRITEAOF, waited for), durable Redis applies its log to the pool "
+                        "(default on; --no-settle: run right after the load, as before session 37)")
     p.add_argument("--keep", action="store_true", help="keep server dirs, pools and AOFs")
     p.add_argument("--quick", action="store_true", help="CTest smoke run (< 60 s)")
     args = p.parse_args()
@@ -1378,6 +1477,8 @@ def main():
 
     meta["stock_version"] = subprocess.run([args.stock, "--version"], stdout=subprocess.PIPE, text=True).stdout.strip() \
         if os.access(args.stock, os.X_OK) else "n/a"
+    if not args.replot:
+        meta["build"] = build_identity(args)
     run_json = os.path.join(args.out, "run.json")
     if args.replot:
         if os.path.exists(run_json):  # the grid's settings and description, not this command's
@@ -1410,7 +1511,7 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate", "replica")}
+                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate", "replica", "settle")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
