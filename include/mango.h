@@ -193,7 +193,11 @@ int mango_init(const mango_config *cfg, const mango_callbacks *cb);
  * mode, mango_rpc_stop first; it lets the commands in progress finish).
  * Called with commands still running it frees what they use: a review
  * (session 36) saw crashes and heap corruption in 11 of 12 runs with four
- * threads in mango_client_cmd. */
+ * threads in mango_client_cmd. Returns 0 when the pool was drained and
+ * marked clean; MANGO_EFAILED (with the stopping error's message) when the
+ * runtime had stopped after an earlier failure, whose pool is left as a
+ * crash leaves it (the next start recovers it); or the error of the final
+ * drain. */
 int mango_shutdown(void);
 
 /* Local mode: run one client command whose request is already in ctx.

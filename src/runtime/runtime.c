@@ -1763,7 +1763,14 @@ int mango_shutdown(void)
         kept_heap_size = rt.heap_size;
     }
     atomic_store(&live, false);
-    return drc != MANGO_OK ? drc : rc;
+    if (drc != MANGO_OK)
+        return drc;
+    if (rc != MANGO_OK)
+        return rc;
+    /* A runtime stopped by an earlier failure (a failed pipelined sync, say)
+     * did not mark the pool clean: say so, rather than report a clean stop
+     * (it returned 0; noted by a review, session 37). */
+    return atomic_load(&rt.failed) ? mango_error_stopped() : MANGO_OK;
 }
 
 void mango_get_stats(mango_stats *out)
