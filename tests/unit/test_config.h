@@ -5,7 +5,11 @@
 #ifndef MANGO_TEST_CONFIG_H
 #define MANGO_TEST_CONFIG_H
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "mango.h"
 
@@ -16,6 +20,38 @@ static inline void small_test_config(mango_config *cfg, const char *pool_path, m
     cfg->mode = mode;
     cfg->pool_size = 32u << 20;
     cfg->log_size = 1u << 20;
+}
+
+/* Fails the nth sync at site (the persist module's fault hook, read at the
+ * process's first sync) and ends the process with SIGALRM after alarm_s
+ * seconds, so that a hang fails the test instead of stalling it. */
+static inline void arm_sync_fault(const char *nth, const char *site, unsigned alarm_s)
+{
+    setenv("MANGO_FAULT_SYNC", nth, 1);
+    setenv("MANGO_FAULT_SYNC_SITE", site, 1);
+    alarm(alarm_s);
+}
+
+/* Runs child(pool, mode) in a forked process, on a new pool, for emulated
+ * then sim mode (a fault hook or a hang must not touch the test process).
+ * Returns how many children did not exit with status 0. */
+static inline int each_mode_in_a_child(const char *pool, int (*child)(const char *pool, mango_persist_mode mode))
+{
+    const mango_persist_mode modes[] = {MANGO_PERSIST_EMULATED, MANGO_PERSIST_SIM};
+    int failed = 0;
+    fflush(stdout);
+    for (unsigned i = 0; i < 2; i++) {
+        unlink(pool);
+        pid_t pid = fork();
+        if (pid == 0) {
+            int rc = child(pool, modes[i]);
+            fflush(stdout);
+            _exit(rc);
+        }
+        int status = 0;
+        failed += !(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    return failed;
 }
 
 /* A mode named on a test's command line: "fs", "sim", else emulated. */

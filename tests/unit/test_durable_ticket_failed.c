@@ -22,6 +22,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "test_config.h"
 
 static uint64_t marker; /* durable .bss */
 
@@ -30,16 +31,10 @@ static void proc(void *c) { (void)c; }
 
 static int child(const char *pool, mango_persist_mode mode)
 {
-    setenv("MANGO_FAULT_SYNC", "3", 1); /* the first two: init's batch and batch 1 */
-    setenv("MANGO_FAULT_SYNC_SITE", "log.commit_sync", 1);
+    arm_sync_fault("3", "log.commit_sync", 30); /* the first two: init's batch and batch 1 */
     setenv("MANGO_PIPELINE", "0", 1);
-    alarm(30);
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = mode;
-    cfg.pool_size = 32u << 20;
-    cfg.log_size = 1u << 20;
+    small_test_config(&cfg, pool, mode);
     mango_callbacks cb = {.is_read_only = ro, .process_request = proc};
     if (mango_init(&cfg, &cb) != MANGO_FRESH)
         return 3;
@@ -73,20 +68,7 @@ int main(void)
 {
     char pool[128];
     snprintf(pool, sizeof pool, "/tmp/mango_test_durable_ticket_failed_%d.pool", (int)getpid());
-    mango_persist_mode modes[] = {MANGO_PERSIST_EMULATED, MANGO_PERSIST_SIM};
-    fflush(stdout);
-    for (unsigned i = 0; i < 2; i++) {
-        unlink(pool);
-        pid_t pid = fork();
-        if (pid == 0) {
-            int rc = child(pool, modes[i]);
-            fflush(stdout);
-            _exit(rc);
-        }
-        int status = 0;
-        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    }
+    CHECK(each_mode_in_a_child(pool, child) == 0);
     unlink(pool);
     char big[200];
     snprintf(big, sizeof big, "%s.bigbatch", pool);

@@ -34,6 +34,7 @@
 
 #define BUF_BYTES (1u << 20)
 #include "durable_buffer.h"
+#include "test_config.h"
 
 static _Atomic unsigned next_slot;
 static _Atomic int head_syncs, fail_at, failed_flag, head_syncs_after;
@@ -58,16 +59,11 @@ static int round_main(const char *pool, int n)
 {
     char nbuf[16];
     snprintf(nbuf, sizeof nbuf, "%d", n);
-    setenv("MANGO_FAULT_SYNC", nbuf, 1);
-    setenv("MANGO_FAULT_SYNC_SITE", "head.sync", 1);
+    arm_sync_fault(nbuf, "head.sync", 20);
     atomic_store(&fail_at, n);
-    alarm(20); /* a hang ends the child with SIGALRM */
     persist_set_observer(observe);
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_SIM;
-    cfg.pool_size = 32u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
     cfg.log_size = 64u << 10;
     mango_callbacks cb = {.is_read_only = is_read_only, .process_request = process, .init_state = init_state};
     if (mango_init(&cfg, &cb) != MANGO_FRESH)

@@ -32,6 +32,7 @@
 #define WRITERS 4
 
 #include "durable_buffer.h"
+#include "test_config.h"
 
 static _Atomic unsigned next_slot;
 static _Atomic int writers_done, writers_failed;
@@ -59,14 +60,9 @@ static void *writer(void *arg)
 static int round_main(const char *pool, const char *nth)
 {
     setenv("MANGO_SIM_SYNC_DELAY_US", "30000", 1);
-    setenv("MANGO_FAULT_SYNC", nth, 1);
-    setenv("MANGO_FAULT_SYNC_SITE", "log.pipeline_sync", 1);
-    alarm(20); /* a hang ends the child with SIGALRM */
+    arm_sync_fault(nth, "log.pipeline_sync", 20);
     mango_config cfg;
-    mango_config_default(&cfg);
-    cfg.pool_path = pool;
-    cfg.mode = MANGO_PERSIST_SIM;
-    cfg.pool_size = 32u << 20;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
     cfg.log_size = 64u << 10;
     mango_callbacks cb = {.is_read_only = is_read_only, .process_request = process, .init_state = init_state};
     if (mango_init(&cfg, &cb) != MANGO_FRESH)

@@ -16,17 +16,6 @@
 #include "counter_state.h"
 #include "test_config.h"
 
-static void *init_client(void *params)
-{
-    (void)params;
-    return malloc(1);
-}
-static void destroy_client(void *ctx) { free(ctx); }
-static mango_response get_response(void *ctx)
-{
-    (void)ctx;
-    return (mango_response){"", 0};
-}
 
 /* mango_rpc_start with `name` set to `value`: must fail with MANGO_EINVAL
  * and name the variable, or (ok) start and stop. */
@@ -58,8 +47,8 @@ int main(void)
     small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     cfg.max_threads = 4;
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state,
-                          .init_client = init_client, .destroy_client = destroy_client,
-                          .get_response = get_response};
+                          .init_client = counter_rpc_init_client, .destroy_client = counter_rpc_destroy_client,
+                          .get_response = counter_rpc_get_response};
     CHECK(mango_init(&cfg, &cb) == MANGO_FRESH);
 
     /* threads = 0 means 8, over max_threads - 1 = 3: the message says 8. */

@@ -45,17 +45,6 @@ void __wrap_rpc_server_stop(rpc_server *s)
     __real_rpc_server_stop(s);
 }
 
-static void *init_client(void *params)
-{
-    (void)params;
-    return malloc(1);
-}
-static void destroy_client(void *ctx) { free(ctx); }
-static mango_response get_response(void *ctx)
-{
-    (void)ctx;
-    return (mango_response){"", 0};
-}
 
 static mango_rpc_stats seen;
 static void *read_stats(void *arg)
@@ -73,8 +62,8 @@ int main(void)
     mango_config cfg;
     small_test_config(&cfg, pool, MANGO_PERSIST_EMULATED);
     mango_callbacks cb = {.is_read_only = is_ro, .process_request = bump, .init_state = init_state,
-                          .init_client = init_client, .destroy_client = destroy_client,
-                          .get_response = get_response};
+                          .init_client = counter_rpc_init_client, .destroy_client = counter_rpc_destroy_client,
+                          .get_response = counter_rpc_get_response};
     CHECK(mango_init(&cfg, &cb) == MANGO_FRESH);
     mango_rpc_config rc = {.threads = 1};
     CHECK(mango_rpc_start(&rc) == MANGO_OK);
