@@ -422,7 +422,8 @@ void mango_capture(const void *addr, size_t len);
  * when more than 64 KiB (2048 blocks) would be scratch. A no-op without a
  * durable mode. Call it after mango_init: inside a read-write command or
  * batch, or outside any (it then waits for the write side, as a read-write
- * command does); not from a read-only command.
+ * command does); from a read-only command it is refused with MANGO_EINVAL
+ * (the write side would wait for that command's own read).
  *
  * MANGO_SCRATCH on a writable global or static of the executable (a static
  * local too) marks it at mango_init (in a shared library it marks nothing:
@@ -450,9 +451,10 @@ int mango_scratch(const void *addr, size_t len);
  *
  * Errors: MANGO_EEXIST if path exists (nothing is ever replaced);
  * MANGO_EINVAL if path names one of the pool's own files (below), before
- * mango_init, without a durable mode, inside a batch
- * or read-write command (call it outside any: it waits for the write side
- * as a read-write command does; never from a read-only command), or in a
+ * mango_init, without a durable mode, inside a batch or a command,
+ * read-write or read-only (call it outside any: it waits for the write side
+ * as a read-write command does, which a read-only command's own read would
+ * hold back for good), or in a
  * fork() child; MANGO_EFAILED once the runtime has stopped after an error,
  * also when a batch that held the write side while the call waited for it
  * failed to commit (its stores, answered with an error, are never in a

@@ -897,6 +897,11 @@ int mango_scratch(const void *addr, size_t len)
     scratch_args a = {.lo = lo, .len = len, .in_heap = range == 0};
     if (batch_open_here || mango_capture_active) {
         scratch_add_exclusive(&a); /* this thread holds the write side: batch ends read the table under it */
+    } else if (fc_in_read(rt.fc)) {
+        /* The write side would wait for this thread's own read (a hang,
+         * found by a review, session 37). */
+        return mango_error(MANGO_EINVAL, "mango_scratch: called inside a read-only command; call it at start-up, "
+                           "in init_state or in a read-write command");
     } else {
         int rc = fc_execute_exclusive(rt.fc, scratch_add_exclusive, &a);
         if (rc != MANGO_OK)
@@ -1013,9 +1018,10 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
         return mango_error(MANGO_EINVAL, "mango_snapshot: there is no pool (persistence mode none)");
     if (!path || !*path || !out)
         return mango_error(MANGO_EINVAL, "mango_snapshot: no path%s", out ? "" : " or no job pointer");
-    if (batch_open_here || mango_capture_active)
-        return mango_error(MANGO_EINVAL, "mango_snapshot: called inside a batch or read-write command; call it "
-                           "outside any (it waits for the write side)");
+    if (batch_open_here || mango_capture_active || fc_in_read(rt.fc))
+        return mango_error(MANGO_EINVAL, "mango_snapshot: called inside a batch or a command; call it outside "
+                           "any (it waits for the write side, which a read-only command's own read would "
+                           "hold back for good)");
     int f = atomic_load(&rt.failed);
     if (f)
         return mango_error_stopped();

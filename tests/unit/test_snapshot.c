@@ -76,9 +76,19 @@ static void init_state(void *arg)
     memset(recs, 0, sizeof recs);
     mango_capture(recs, sizeof recs);
 }
-static bool is_ro(void *c) { (void)c; return false; }
+/* A command given this context is read-only and asks for a snapshot (and
+ * a scratch range) from inside: refused, not a hang (session 37). */
+static uint64_t read_only_asks;
+static int read_only_snapshot_rc, read_only_scratch_rc;
+static const char *read_only_snapshot_path;
+static bool is_ro(void *c) { return c == &read_only_asks; }
 static void bump(void *c)
 {
+    if (c == &read_only_asks) {
+        read_only_snapshot_rc = mango_snapshot(read_only_snapshot_path, NULL);
+        read_only_scratch_rc = mango_scratch(&outside_batches, sizeof outside_batches);
+        return;
+    }
     uint64_t t = ++total;
     mango_capture(&total, sizeof total);
     unsigned i = (unsigned)(t % NREC);
@@ -311,6 +321,14 @@ static void errors(const char *mode, const char *pool, const char *snap)
     CHECK(mango_batch_begin() == MANGO_OK);
     CHECK(mango_snapshot(snap, NULL) == MANGO_EINVAL);
     CHECK(mango_batch_end() == MANGO_OK);
+    CHECK(!exists(snap));
+    /* Inside a read-only command: the write side would wait for its own
+     * read (it hung). */
+    read_only_snapshot_path = snap;
+    alarm(20);
+    CHECK(mango_client_cmd(&read_only_asks) == 0);
+    alarm(0);
+    CHECK(read_only_snapshot_rc == MANGO_EINVAL && read_only_scratch_rc == MANGO_EINVAL);
     CHECK(!exists(snap));
     /* A fork() child. */
     pid_t pid = fork();
