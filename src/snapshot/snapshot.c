@@ -495,8 +495,15 @@ int snapshot_finish(snapshot_job *job, bool wait)
                            ? "; it may have finished just before: check the snapshot's path with mango check"
                            : "; nothing was left at the snapshot's path";
     if (w == job->pid && WIFSIGNALED(st))
-        return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) was killed by signal %d%s", (int)job->pid,
-                           WTERMSIG(st), left);
+        /* SIGBUS: a store into the new file's mapping found no disk block
+         * behind it, as when the file system at the path is full (noted by
+         * a review, session 37: the message said only "signal 7"). */
+        return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) was killed by signal %d%s%s",
+                           (int)job->pid, WTERMSIG(st),
+                           WTERMSIG(st) == SIGBUS ? " (SIGBUS: probably no space left on the snapshot's file "
+                                                    "system)"
+                                                  : "",
+                           left);
     return mango_error(MANGO_EIO, "mango_snapshot: the writer (pid %d) ended without a report (%s)%s", (int)job->pid,
                        w == job->pid ? "its exit status is not 0" : "another part of the process reaped it", left);
 }
