@@ -1057,6 +1057,7 @@ char *mangoInfo(char *info, int after_section)
         "mango_heap_capacity_bytes:%llu\r\n"
         "mango_heap_reclaims:%llu\r\n"
         "mango_objects_being_released:%lu\r\n"
+        "mango_bytes_being_released:%zu\r\n"
         "mango_function_libraries_saved:%lu\r\n"
         "mango_gather_holds:%llu\r\n"
         "mango_inline_commits:%llu\r\n"
@@ -1066,7 +1067,7 @@ char *mangoInfo(char *info, int after_section)
         (ull)s.batches, (ull)s.batches_in_flight, (ull)s.frontend_syncs, (ull)s.log_bytes, (ull)s.log_blocks,
         (ull)s.log_zero_ranges, (ull)s.log_data_ranges, (ull)s.log_data_bytes, (ull)s.log_capacity, (ull)s.log_unapplied_bytes, (ull)s.log_full_waits,
         (ull)batch_capacity, (ull)s.big_batches, (ull)s.big_batch_bytes, (ull)s.backend_syncs, (ull)s.heap_chunks, (ull)s.heap_payload_bytes,
-        (ull)s.heap_allocated_bytes, (ull)s.heap_carved_bytes, (ull)s.heap_capacity, (ull)s.heap_reclaims, mangoGravesPending(), mangoFunctionsSaved(), (ull)gather_holds,
+        (ull)s.heap_allocated_bytes, (ull)s.heap_carved_bytes, (ull)s.heap_capacity, (ull)s.heap_reclaims, mangoGravesPending(), mangoGravesBytes(), mangoFunctionsSaved(), (ull)gather_holds,
         (ull)inline_commits, (ull)s.scratch_blocks_dropped, (ull)s.scratch_batches);
     return mangoSnapshotInfo(info);
 }

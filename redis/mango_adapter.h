@@ -182,6 +182,9 @@ int mangoFreeAsync(struct redisObject *o);
 int mangoReleaseStep(void);
 /* Objects and databases waiting on the graveyard (walks it). */
 unsigned long mangoGravesPending(void);
+/* What the graveyard still holds of used_memory (an estimate): left out of
+ * what maxmemory eviction counts (evict.c). */
+size_t mangoGravesBytes(void);
 /* DEBUG RELOAD runs: what it empties is freed at once, not in steps. */
 int mangoFreeingAtOnce(void);
 

@@ -4605,6 +4605,46 @@ def test_ttls_and_maxmemory_do_not_make_every_read_wait(server_factory, setting)
     assert waited < 0.5, f"a GET of a key no batch wrote took {waited:.3f} s (the SET's sync took 1 s)"
 
 
+@pytest.mark.parametrize("slow", [False, True], ids=["release", "slowed-release"])
+def test_evicting_a_value_released_in_steps_counts_it_freed(server_factory, slow):
+    """maxmemory eviction measures what each deletion frees by the drop of
+    used_memory. An evicted big hash goes to the graveyard and frees almost
+    nothing at once, so the loop went on evicting other keys (672 of 3 000
+    with allkeys-lru, where stock Redis, freeing at once, evicted 23), and
+    while a slow release ran each later command evicted more, up to OOM on
+    an empty keyspace (found by a review, session 37). The graveyard's bytes
+    (mango_bytes_being_released) now count as freed and are left out of
+    what eviction counts. Here the hash is the only key with a TTL
+    (volatile-lru): evicting it is enough, and nothing else can be evicted,
+    so without the fix the SETs were refused with OOM."""
+    env = {"MANGO_REDIS_TEST_RELEASE_PER_PASS": "2000"} if slow else {}
+    s = server_factory("emulated", env=env)
+    r = s.client()
+    for i in range(0, 60000, 1000):
+        r.hset("big", mapping={f"f{j}": "v" * 50 for j in range(i, i + 1000)})
+    r.expire("big", 100000)
+    p = r.pipeline(transaction=False)
+    for i in range(3000):
+        p.set(f"k{i}", "x" * 1000)
+    p.execute()
+    used = r.info("memory")["used_memory"]
+    r.config_set("maxmemory-policy", "volatile-lru")
+    r.config_set("maxmemory", used - 1_000_000)
+    for i in range(200):
+        r.set(f"new{i}", "y" * 100)
+    info = r.info()
+    assert r.exists("big") == 0 and info["evicted_keys"] == 1, info["evicted_keys"]
+    if slow:
+        assert info["mango_objects_being_released"] == 1 and info["mango_bytes_being_released"] > 1_000_000, info
+        for i in range(200, 400):
+            r.set(f"new{i}", "y" * 100)
+    wait_until(lambda: r.info("mangosteen")["mango_objects_being_released"] == 0, what="the release")
+    assert r.info("mangosteen")["mango_bytes_being_released"] == 0
+    assert r.dbsize() == 3000 + (400 if slow else 200)
+    s.restart("kill")
+    assert s.client().dbsize() == 3000 + (400 if slow else 200)
+
+
 def test_a_read_of_an_evicted_key_waits_for_the_eviction(server_factory):
     """An evicted key is stamped with the eviction's batch: a GET that finds
     it gone is answered only once that batch is durable (1 s syncs, sim
