@@ -29,6 +29,7 @@ typedef struct opts {
     bool tolerate_empty;    /* verify: a recovered pool without the store is a loss, not an error */
     const char *read_keys;  /* on (default), off, wrong (test: see kv_fixed.h) */
     bool quiet, seconds_set;
+    bool values_set, value_size_set; /* given on the command line (demo) */
     char self[4096];
 } opts;
 

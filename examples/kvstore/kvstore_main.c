@@ -67,27 +67,34 @@ static const char *usage_text =
     "                     kill act like a power failure (test mode), none = durability off\n"
     "  --pool-size BYTES  size of a new pool (default 256M; suffixes K M G)\n"
     "  --log-size BYTES   redo log size (default 64M)\n"
-    "  --threads N        client threads (default 4)\n"
-    "  --values N         number of values (default 100000)\n"
-    "  --value-size N     bytes per value (default 64)\n"
+    "  --threads N        client threads, 1-64 (default 4)\n"
+    "  --values N         number of values, 1-4294967295 and at least --threads\n"
+    "                     (default 100000; demo 1000; suffixes K M G)\n"
+    "  --value-size N     bytes per value, 16-1G (default 64)\n"
     "  --update-pct P     percentage of PUTs, 0-100 (default 50)\n"
-    "  --seconds S        run length for run/worker (default 2; worker: until killed)\n"
+    "  --seconds S        run length for run/worker, 0-1e7, decimals allowed\n"
+    "                     (default 2; worker: until killed)\n"
     "  --ops N            hashmap: operations (default 200000)\n"
     "  --ack FILE         worker/verify: acknowledgement file\n"
     "  --rounds N         crash-test rounds (default 50)\n"
-    "  --min-ms/--max-ms  crash-test: kill between these delays (default 30/400)\n"
-    "  --zipf THETA       run: Zipfian keys with skew THETA, e.g. 0.99 (default 0: uniform)\n"
-    "  --seed N           random seed (default: time)\n"
+    "  --min-ms/--max-ms  crash-test: kill between these delays, 0-3600000\n"
+    "                     (default 30/400)\n"
+    "  --zipf THETA       run: Zipfian keys with skew THETA in [0, 1), e.g. 0.99\n"
+    "                     (default 0: uniform)\n"
+    "  --seed N           random seed, 0-18446744073709551615 (default: time)\n"
     "  --images N         powerfail: crash images to check (default 500)\n"
     "  --recovery-crashes powerfail: also cut one image in four inside its recovery\n"
     "  --history DIR      history-worker/-test: folder of the client logs\n"
-    "  --keys K           history-worker/-test: keys all clients share (default 8)\n"
-    "  --think-us N       history-worker/-test: clients pause 0..2N us between ops\n"
-    "                     (default 0; bounds the history's size for the checker)\n"
+    "  --keys K           history-worker/-test: keys all clients share, >= 1 (default 8)\n"
+    "  --think-us N       history-worker/-test: clients pause 0..2N us between ops,\n"
+    "                     0-1000000 (default 0; bounds the history's size for the checker)\n"
     "  --read-keys MODE   on: GETs wait only for PUTs of their key to be durable\n"
     "                     (mango_callbacks.request_keys; default); off: for every PUT\n"
     "                     in flight; wrong: test only, name the wrong key (unsafe)\n"
     "  --quiet            less output\n"
+    "\n"
+    "Numbers are whole and decimal unless said; one out of its range, or not a\n"
+    "number, is a usage error.\n"
     "\n"
     "Exit status: 0 success; 1 verification failure (lost or torn data); 2 usage or\n"
     "runtime error.\n";
@@ -107,21 +114,52 @@ static void die_usage(const char *fmt, const char *arg)
     exit(2);
 }
 
-static size_t parse_size(const char *s, const char *what)
+/* A whole number in [lo, hi], with an optional K/M/G suffix (x1024) when
+ * suffixes is set; anything else (a sign, trailing text, overflow, out of
+ * range) is a usage error naming the option and its range. */
+static uint64_t parse_num(const char *s, const char *what, uint64_t lo, uint64_t hi, bool suffixes)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        die_usage("bad number for %s", what);
-    switch (*end) {
-    case 'k': case 'K': v <<= 10; end++; break;
-    case 'm': case 'M': v <<= 20; end++; break;
-    case 'g': case 'G': v <<= 30; end++; break;
+    bool ok = !errno && end != s && *s >= '0' && *s <= '9';
+    unsigned shift = 0;
+    if (ok && suffixes)
+        switch (*end) {
+        case 'k': case 'K': shift = 10; end++; break;
+        case 'm': case 'M': shift = 20; end++; break;
+        case 'g': case 'G': shift = 30; end++; break;
+        }
+    if (ok && shift && v > (UINT64_MAX >> shift))
+        ok = false;
+    v <<= shift;
+    if (!ok || *end || v < lo || v > hi) {
+        fprintf(stderr, "kvstore: %s must be a whole number in %" PRIu64 "..%" PRIu64 "%s, not '%s'\n",
+                what, lo, hi, suffixes ? " (suffixes K M G)" : "", s);
+        fprintf(stderr, "Try 'kvstore --help'.\n");
+        exit(2);
     }
-    if (*end)
-        die_usage("bad number for %s", what);
-    return (size_t)v;
+    return v;
+}
+
+static size_t parse_size(const char *s, const char *what)
+{
+    return (size_t)parse_num(s, what, 1, (uint64_t)1 << 50, true);
+}
+
+/* A decimal number of seconds in [lo, hi] (strtod, whole string). */
+static double parse_real(const char *s, const char *what, double lo, double hi, bool hi_open)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo) || !(hi_open ? v < hi : v <= hi)) {
+        fprintf(stderr, "kvstore: %s must be a number in [%g, %g%s, not '%s'\n", what, lo, hi,
+                hi_open ? ")" : "]", s);
+        fprintf(stderr, "Try 'kvstore --help'.\n");
+        exit(2);
+    }
+    return v;
 }
 
 static mango_persist_mode parse_mode(const char *s)
@@ -169,28 +207,26 @@ static void parse(int argc, char **argv)
         case 'm': O.mode = parse_mode(optarg); break;
         case 'S': O.pool_size = parse_size(optarg, "--pool-size"); break;
         case 'L': O.log_size = parse_size(optarg, "--log-size"); break;
-        case 't': O.threads = (unsigned)parse_size(optarg, "--threads"); break;
-        case 'n': O.values = (uint32_t)parse_size(optarg, "--values"); break;
-        case 'v': O.value_size = (uint32_t)parse_size(optarg, "--value-size"); break;
-        case 'u': O.update_pct = (unsigned)parse_size(optarg, "--update-pct"); break;
-        case 's': O.seconds = atof(optarg); O.seconds_set = true; break;
-        case 'o': O.ops = parse_size(optarg, "--ops"); break;
+        case 't': O.threads = (unsigned)parse_num(optarg, "--threads", 1, KV_MAX_CLIENTS, false); break;
+        case 'n': O.values = (uint32_t)parse_num(optarg, "--values", 1, UINT32_MAX, true); O.values_set = true; break;
+        case 'v': O.value_size = (uint32_t)parse_num(optarg, "--value-size", 16, 1u << 30, true); O.value_size_set = true; break;
+        case 'u': O.update_pct = (unsigned)parse_num(optarg, "--update-pct", 0, 100, false); break;
+        case 's': O.seconds = parse_real(optarg, "--seconds", 0, 1e7, false); O.seconds_set = true; break;
+        case 'o': O.ops = parse_num(optarg, "--ops", 0, UINT64_MAX, true); break;
         case 'a': O.ack = optarg; break;
-        case 'r': O.rounds = (unsigned)parse_size(optarg, "--rounds"); break;
-        case 1: O.min_ms = (unsigned)parse_size(optarg, "--min-ms"); break;
-        case 2: O.max_ms = (unsigned)parse_size(optarg, "--max-ms"); break;
-        case 3: O.seed = parse_size(optarg, "--seed"); break;
-        case 4: O.images = (unsigned)parse_size(optarg, "--images"); break;
+        case 'r': O.rounds = (unsigned)parse_num(optarg, "--rounds", 0, UINT32_MAX, false); break;
+        case 1: O.min_ms = (unsigned)parse_num(optarg, "--min-ms", 0, 3600000, false); break;
+        case 2: O.max_ms = (unsigned)parse_num(optarg, "--max-ms", 0, 3600000, false); break;
+        case 3: O.seed = parse_num(optarg, "--seed", 0, UINT64_MAX, false); break;
+        case 4: O.images = (unsigned)parse_num(optarg, "--images", 0, UINT32_MAX, false); break;
         case 5: O.recovery_crashes = true; break;
         case 6: O.cut_recovery = true; break;
         case 7: O.history = optarg; break;
         case 10:
-            O.zipf = atof(optarg);
-            if (!(O.zipf >= 0 && O.zipf < 1))
-                die_usage("--zipf must be in [0, 1) (YCSB uses 0.99)%s", "");
+            O.zipf = parse_real(optarg, "--zipf", 0, 1, true);
             break;
-        case 8: O.keys = (uint32_t)parse_size(optarg, "--keys"); break;
-        case 9: O.think_us = (unsigned)parse_size(optarg, "--think-us"); break;
+        case 8: O.keys = (uint32_t)parse_num(optarg, "--keys", 1, UINT32_MAX, false); break;
+        case 9: O.think_us = (unsigned)parse_num(optarg, "--think-us", 0, 1000000, false); break;
         case 11:
             if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "wrong"))
                 die_usage("--read-keys must be on, off or wrong, not '%s'", optarg);
@@ -206,12 +242,8 @@ static void parse(int argc, char **argv)
     O.cmd = argv[optind];
     if (optind + 1 < argc)
         die_usage("unexpected argument '%s'", argv[optind + 1]);
-    if (O.threads == 0 || O.threads > KV_MAX_CLIENTS)
-        die_usage("--threads must be 1..64%s", "");
-    if (O.update_pct > 100)
-        die_usage("--update-pct must be 0..100%s", "");
-    if (O.value_size < 16 || O.values < O.threads)
-        die_usage("--value-size must be >= 16 and --values >= --threads%s", "");
+    if (O.values < O.threads)
+        die_usage("--values must be at least --threads%s", "");
     if (O.min_ms > O.max_ms)
         die_usage("--min-ms must not exceed --max-ms%s", "");
     ssize_t n = readlink("/proc/self/exe", O.self, sizeof O.self - 1);

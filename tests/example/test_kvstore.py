@@ -111,3 +111,30 @@ def test_tiny_log_wraps_and_fills(pool):
     out2 = kv("run", "--pool", pool, "--mode", "emulated", "--threads", "1", "--update-pct", "0",
               "--seconds", "0.05", "--values", "1000", "--log-size", "256K").stdout
     assert "status=RECOVERED" in out2
+
+
+@pytest.mark.parametrize("opt,val", [
+    ("--threads", "4294967297"),  # wrapped to 1 by an (unsigned) cast
+    ("--threads", "65"),
+    ("--values", "4294967296"),   # wrapped to 0
+    ("--values", "16G"),
+    ("--seconds", "abc"),         # atof: 0 s
+    ("--seconds", "-1"),
+    ("--seconds", "nan"),
+    ("--update-pct", "-5"),
+    ("--value-size", "8"),
+    ("--zipf", "abc"),
+    ("--think-us", "1x"),
+    ("--pool-size", "99999999999G"),  # overflowed by the suffix's shift
+])
+def test_numeric_options_are_range_checked(pool, opt, val):
+    r = kv("run", "--pool", pool, opt, val, "--seconds" if opt != "--seconds" else "--quiet",
+           *(["0.05"] if opt != "--seconds" else []), check=False)
+    assert r.returncode == 2, (opt, val, r.returncode, r.stdout, r.stderr)
+    assert opt in r.stderr and repr(val) in r.stderr, r.stderr
+    assert not os.path.exists(pool)
+
+
+def test_help_gives_the_ranges():
+    out = kv("--help").stdout
+    assert "1-64" in out and "0-100" in out and "[0, 1)" in out and "16-1G" in out
