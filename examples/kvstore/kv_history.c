@@ -270,9 +270,7 @@ static pid_t spawn_history_worker(double seconds)
     snprintf(lsize, sizeof lsize, "%zu", O.log_size);
     snprintf(secs, sizeof secs, "%.3f", seconds);
     snprintf(think, sizeof think, "%u", O.think_us);
-    const char *mode = O.mode == MANGO_PERSIST_SIM ? "sim" : O.mode == MANGO_PERSIST_FS ? "fs"
-                       : O.mode == MANGO_PERSIST_EMULATED ? "emulated"
-                       : O.mode == MANGO_PERSIST_PMEM ? "pmem" : "auto";
+    const char *mode = kv_mode_name(O.mode);
     pid_t pid = fork();
     if (pid == 0) {
         if (seconds > 0)
@@ -315,6 +313,7 @@ static void clean_history_dir(void)
 int run_history_test(void)
 {
     need_history_opts("history-test");
+    kv_refuse_mode_none("history-test");
     unlink(O.pool);
     clean_history_dir();
     srand((unsigned)O.seed);

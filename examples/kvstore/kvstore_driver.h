@@ -62,6 +62,10 @@ int kv_acked_put(uint32_t client, uint64_t *seq, ack_slot *a, char *val);
 /* Open (creating) an acknowledgement file at path for the options in O. */
 ack_file *open_ack_at(const char *path);
 void die_usage_msg(const char *msg);
+/* The --mode argument that selects m ("auto" for MANGO_PERSIST_AUTO). */
+const char *kv_mode_name(mango_persist_mode m);
+/* crash-test, history-test: --mode none (nothing durable) is a usage error. */
+void kv_refuse_mode_none(const char *cmd);
 /* verify --cut-recovery: install the simulator so recovery is cut (exit 3). */
 void powerfail_cut_recovery(const char *pool_path, uint64_t seed);
 /* The request_keys callback --read-keys asks for: keyed, or NULL (off). */

@@ -65,6 +65,7 @@ static const char *usage_text =
     "  --pool PATH        pool file (default $MANGO_POOL or /dev/shm/mango-kvstore.pool)\n"
     "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto); sim makes a\n"
     "                     kill act like a power failure (test mode), none = durability off\n"
+    "                     (refused by crash-test and history-test: nothing would survive)\n"
     "  --pool-size BYTES  size of a new pool (default 256M; suffixes K M G)\n"
     "  --log-size BYTES   redo log size (default 64M)\n"
     "  --threads N        client threads, 1-64 (default 4)\n"
@@ -172,6 +173,27 @@ static mango_persist_mode parse_mode(const char *s)
     if (!strcmp(s, "sim")) return MANGO_PERSIST_SIM;
     die_usage("unknown mode '%s' (auto, emulated, fs, pmem, sim, none)", s);
     return 0;
+}
+
+const char *kv_mode_name(mango_persist_mode m)
+{
+    switch (m) {
+    case MANGO_PERSIST_EMULATED: return "emulated";
+    case MANGO_PERSIST_FS: return "fs";
+    case MANGO_PERSIST_PMEM: return "pmem";
+    case MANGO_PERSIST_SIM: return "sim";
+    case MANGO_PERSIST_NONE: return "none";
+    default: return "auto";
+    }
+}
+
+void kv_refuse_mode_none(const char *cmd)
+{
+    if (O.mode != MANGO_PERSIST_NONE)
+        return;
+    fprintf(stderr, "kvstore: %s checks what survives a kill, and --mode none keeps nothing: "
+                    "use auto, emulated, fs, pmem or sim\nTry 'kvstore --help'.\n", cmd);
+    exit(2);
 }
 
 static void parse(int argc, char **argv)
@@ -704,8 +726,7 @@ static pid_t spawn(const char *cmd)
     snprintf(seed, sizeof seed, "%" PRIu64, kvw_mix(O.seed++));
     snprintf(psize, sizeof psize, "%zu", O.pool_size);
     snprintf(lsize, sizeof lsize, "%zu", O.log_size);
-    const char *mode = O.mode == MANGO_PERSIST_SIM ? "sim" : O.mode == MANGO_PERSIST_FS ? "fs"
-                       : O.mode == MANGO_PERSIST_EMULATED ? "emulated" : O.mode == MANGO_PERSIST_PMEM ? "pmem" : "auto";
+    const char *mode = kv_mode_name(O.mode);
     pid_t pid = fork();
     if (pid == 0) {
         execl(O.self, O.self, cmd, "--pool", O.pool, "--ack", O.ack, "--mode", mode, "--threads",
@@ -718,6 +739,7 @@ static pid_t spawn(const char *cmd)
 
 static int run_crash_test(void)
 {
+    kv_refuse_mode_none("crash-test");
     if (!O.pool || !O.ack)
         die_usage("%s", "crash-test needs --pool and --ack (fresh files are created)");
     unlink(O.pool);

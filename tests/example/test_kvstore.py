@@ -1,6 +1,7 @@
 """Functional tests of the durable kvstore example, driven through its CLI."""
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
@@ -24,9 +25,7 @@ def pool():
     d = tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
     p = os.path.join(d, "kv.pool")
     yield p
-    for f in os.listdir(d):
-        os.unlink(os.path.join(d, f))
-    os.rmdir(d)
+    shutil.rmtree(d)
 
 
 def test_demo_fresh_then_recovered(pool):
@@ -138,3 +137,15 @@ def test_numeric_options_are_range_checked(pool, opt, val):
 def test_help_gives_the_ranges():
     out = kv("--help").stdout
     assert "1-64" in out and "0-100" in out and "[0, 1)" in out and "16-1G" in out
+
+
+@pytest.mark.parametrize("cmd", ["crash-test", "history-test"])
+def test_kill_tests_refuse_mode_none(pool, cmd):
+    """Their workers used to run with --mode auto (fully durable), so
+    `--mode none` reported lost=0 for a store that keeps nothing."""
+    extra = ["--ack", pool + ".ack"] if cmd == "crash-test" else ["--history", pool + ".hist"]
+    r = kv(cmd, "--mode", "none", "--pool", pool, *extra, "--rounds", "1", "--min-ms", "10",
+           "--max-ms", "10", "--seconds", "0.05", "--quiet", check=False)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "--mode none" in r.stderr and cmd in r.stderr, r.stderr
+    assert "rounds=" not in r.stdout
