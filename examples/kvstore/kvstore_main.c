@@ -43,13 +43,14 @@ static const char *usage_text =
     "Commands:\n"
     "  demo         open (or create) the store, apply a few updates from 4 threads,\n"
     "               print what was recovered; run it twice to see state survive\n"
+    "               (its store: 1000 values of 64 bytes unless --values/--value-size)\n"
     "  run          closed-loop load: --threads clients, --update-pct PUTs, the rest GETs\n"
     "  worker       crash-test load that records acknowledged PUTs in --ack FILE\n"
     "  verify       recover the pool and check it against --ack FILE\n"
     "  crash-test   --rounds times: start a worker, SIGKILL it at a random moment,\n"
     "               verify; prints 'rounds=N acked=M lost=L torn=T' last\n"
-    "  hashmap      the hash-map variant: --ops random PUT/GET/DEL, then a check;\n"
-    "               a second run recovers and checks the map again\n"
+    "  hashmap      the hash-map variant: --ops random PUT/GET/DEL on --values keys,\n"
+    "               then a check; a second run recovers and checks the map again\n"
     "  powerfail    simulated power failures: follow every store, flush and sync to\n"
     "               the pool, cut --images crash images at ordering points (unfenced\n"
     "               words kept at random), recover and verify each; prints\n"
@@ -62,7 +63,11 @@ static const char *usage_text =
     "               Porcupine checker in tests/linearizability\n"
     "\n"
     "Options:\n"
-    "  --pool PATH        pool file (default $MANGO_POOL or /dev/shm/mango-kvstore.pool)\n"
+    "  --pool PATH        pool file (default $MANGO_POOL, else /dev/shm/mango-kvstore.pool,\n"
+    "                     hashmap /dev/shm/mango-kvstore-hashmap.pool). A pool holds the\n"
+    "                     fixed-size store (every command but hashmap) or the hash map;\n"
+    "                     a command refuses a pool holding the other one, or a\n"
+    "                     fixed-size store of other --values/--value-size\n"
     "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto); sim makes a\n"
     "                     kill act like a power failure (test mode), none = durability off\n"
     "                     (refused by crash-test and history-test: nothing would survive)\n"
@@ -286,6 +291,103 @@ kv_keys_fn *kv_read_keys_callback(kv_keys_fn *keyed)
     return strcmp(O.read_keys, "off") ? keyed : NULL;
 }
 
+/* ---- which store a pool holds ----
+ *
+ * Every command but hashmap keeps the fixed-size store (kv_fixed.c); hashmap
+ * keeps the hash map (kv_hashmap.c). Both are in this program, so a pool made
+ * by one opens (RECOVERED) under the other with that store's globals empty:
+ * hashmap on a demo pool followed a NULL map. init_state therefore records
+ * a durable kind word and the command that made the pool (in .bss, like the
+ * stores' own globals; mango_capture too, so the hand-annotated build in
+ * bench/kv_explicit records it as well), and each command checks it after
+ * mango_init. */
+#define KV_KIND_FIXED 0x4445584946564b4dull   /* "MKVFIXED" */
+#define KV_KIND_HASHMAP 0x50414d48564b4dull   /* "MKVHMAP" */
+typedef struct kv_pool_kind {
+    uint64_t magic; /* KV_KIND_*; 0 in a pool made before the word existed */
+    char cmd[24];   /* the kvstore command that made the pool */
+} kv_pool_kind;
+static kv_pool_kind pool_kind;
+
+static void record_pool_kind(uint64_t magic)
+{
+    kv_pool_kind k = {.magic = magic};
+    snprintf(k.cmd, sizeof k.cmd, "%s", O.cmd);
+    mango_capture(&pool_kind, sizeof pool_kind);
+    pool_kind = k;
+}
+
+/* The pool a command opens: --pool, else $MANGO_POOL, else mango's default
+ * /dev/shm/mango-<exe>.pool (hashmap: /dev/shm/mango-<exe>-hashmap.pool). */
+static const char *pool_name(void)
+{
+    static char def[4200];
+    if (O.pool)
+        return O.pool;
+    const char *e = getenv("MANGO_POOL");
+    if (e && *e)
+        return e;
+    const char *base = strrchr(O.self, '/');
+    snprintf(def, sizeof def, "/dev/shm/mango-%s.pool", base ? base + 1 : "kvstore");
+    return def;
+}
+
+static const char *kind_name(uint64_t magic)
+{
+    return magic == KV_KIND_FIXED ? "the fixed-size store" : "the hash map";
+}
+
+/* Exit 2 after mango_init, closing the pool first (nothing was written). */
+static void die_open(void)
+{
+    mango_shutdown();
+    exit(2);
+}
+
+/* After mango_init: refuse a pool that holds the other store. A pool with
+ * neither (its initial batch missing) is left to the caller. */
+static void check_pool_kind(int st, uint64_t want)
+{
+    if (st != MANGO_RECOVERED)
+        return;
+    uint64_t have = pool_kind.magic;
+    if (have == 0) /* a pool made before the kind word: look at the stores */
+        have = kv_fixed_n_values() ? KV_KIND_FIXED : kvh_buckets() ? KV_KIND_HASHMAP : 0;
+    if (have == 0 || have == want)
+        return;
+    const char *p = pool_name();
+    fprintf(stderr, "kvstore: pool %s holds %s", p, kind_name(have));
+    if (pool_kind.cmd[0])
+        fprintf(stderr, " (made by 'kvstore %.*s')", (int)sizeof pool_kind.cmd, pool_kind.cmd);
+    fprintf(stderr, "; 'kvstore %s' uses %s and cannot open it.\n", O.cmd, kind_name(want));
+    if (want == KV_KIND_HASHMAP) {
+        const char *base = strrchr(O.self, '/');
+        fprintf(stderr, "Give it another pool (--pool PATH; with neither --pool nor $MANGO_POOL it uses "
+                        "/dev/shm/mango-%s-hashmap.pool) or remove %s to start over.\n",
+                base ? base + 1 : "kvstore", p);
+    } else {
+        fprintf(stderr, "Give it another pool (--pool PATH) or remove %s to start over.\n", p);
+    }
+    die_open();
+}
+
+/* init_state of the fixed-size store: a store the durable heap cannot hold
+ * is not made (kv_fixed_init would abort()); start_fixed reports it. */
+static void init_fixed(void *arg)
+{
+    const kv_fixed_params *p = arg;
+    if (!mango_heap_fits((size_t)p->n_values * p->value_size))
+        return;
+    kv_fixed_init(arg);
+    record_pool_kind(KV_KIND_FIXED);
+}
+
+static void init_hashmap(void *arg)
+{
+    kvh_init(arg);
+    record_pool_kind(KV_KIND_HASHMAP);
+}
+
 /* Start the fixed-size store; exits with status 2 on error. */
 int start_fixed(void)
 {
@@ -303,7 +405,7 @@ int start_fixed(void)
         .process_request = kv_fixed_process,
         .request_keys = !strcmp(O.read_keys, "wrong") ? kv_fixed_request_wrong_keys
                                                       : kv_read_keys_callback(kv_fixed_request_keys),
-        .init_state = kv_fixed_init,
+        .init_state = init_fixed,
         .init_state_arg = &params,
     };
     int st = mango_init(&cfg, &cb);
@@ -311,12 +413,42 @@ int start_fixed(void)
         fprintf(stderr, "kvstore: %s: %s\n", mango_strerror(st), mango_last_error());
         exit(2);
     }
+    check_pool_kind(st, KV_KIND_FIXED);
+    if (st == MANGO_FRESH && kv_fixed_n_values() == 0) {
+        /* init_fixed found no room: remove the pool just made, which holds
+         * nothing, so a retry with a larger --pool-size makes a new one. */
+        uint64_t used, cap;
+        mango_heap_room(&used, &cap);
+        const char *p = pool_name();
+        fprintf(stderr, "kvstore: %u values of %u bytes (%.1f MiB) do not fit in the durable heap of "
+                        "a %.1f MiB pool (%.1f MiB of heap): give a new pool a larger --pool-size, "
+                        "or use fewer or smaller values\n",
+                O.values, O.value_size, (double)O.values * O.value_size / 1048576.0,
+                (double)O.pool_size / 1048576.0, (double)cap / 1048576.0);
+        mango_shutdown();
+        if (O.mode != MANGO_PERSIST_NONE) {
+            char bb[4300];
+            snprintf(bb, sizeof bb, "%s.bigbatch", p);
+            unlink(p);
+            unlink(bb);
+        }
+        exit(2);
+    }
     if (kv_fixed_n_values() == 0 && st == MANGO_RECOVERED && O.tolerate_empty)
         return st; /* verify: a recovered pool without its store is data loss */
     if (kv_fixed_n_values() != O.values || kv_fixed_value_size() != O.value_size) {
-        fprintf(stderr, "kvstore: the pool holds %u values of %u bytes; options say %u of %u\n",
-                kv_fixed_n_values(), kv_fixed_value_size(), O.values, O.value_size);
-        exit(2);
+        const char *p = pool_name();
+        fprintf(stderr, "kvstore: pool %s holds %u values of %u bytes", p, kv_fixed_n_values(),
+                kv_fixed_value_size());
+        if (pool_kind.cmd[0])
+            fprintf(stderr, " (made by 'kvstore %.*s')", (int)sizeof pool_kind.cmd, pool_kind.cmd);
+        fprintf(stderr, "; options say %u of %u%s\n", O.values, O.value_size,
+                !strcmp(O.cmd, "demo") && !O.values_set ? " (the demo's own store: 1000 values of 64 bytes)" : "");
+        if (kv_fixed_n_values())
+            fprintf(stderr, "Use this pool with --values %u --value-size %u, give another pool "
+                            "(--pool PATH), or remove %s to start over.\n",
+                    kv_fixed_n_values(), kv_fixed_value_size(), p);
+        die_open();
     }
     return st;
 }
@@ -345,27 +477,33 @@ static int cmd_or_die(void *c)
 static void *demo_thread(void *arg)
 {
     uint32_t t = (uint32_t)(uintptr_t)arg;
-    char val[64];
+    char *val = malloc(O.value_size);
     for (uint64_t s = kv_fixed_client_seq(t) + 1, end = s + 1000; s < end; s++) {
         uint32_t idx = kvw_index(t, s, 4, O.values);
         kvw_value(val, O.value_size, t, s, idx);
         kv_fixed_cmd c = {.op = KV_PUT, .index = idx, .client = t, .seq = s, .value = val};
         cmd_or_die(&c);
     }
+    free(val);
     return NULL;
 }
 
 static int run_demo(void)
 {
-    O.value_size = 64;
-    O.values = 1000;
+    /* The demo's own store: 1000 values of 64 bytes, unless the options say
+     * otherwise (to open a pool another command made). */
+    if (!O.value_size_set)
+        O.value_size = 64;
+    if (!O.values_set)
+        O.values = 1000;
+    if (O.values < 4)
+        die_usage("%s", "demo: --values must be at least 4 (it runs 4 threads)");
     O.threads = 4;
     int st = start_fixed();
     uint64_t before = 0;
     for (uint32_t t = 0; t < 4; t++)
         before += kv_fixed_client_seq(t);
-    printf("kvstore demo: pool %s: %s, %" PRIu64 " updates applied so far\n",
-           O.pool ? O.pool : (getenv("MANGO_POOL") ? getenv("MANGO_POOL") : "(default)"),
+    printf("kvstore demo: pool %s: %s, %" PRIu64 " updates applied so far\n", pool_name(),
            status_name(st), before);
     if (st == MANGO_RECOVERED) {
         mango_stats r;
@@ -804,6 +942,15 @@ static int run_crash_test(void)
 
 static int run_hashmap(void)
 {
+    /* Its own default pool: the other commands' default holds the
+     * fixed-size store (check_pool_kind refuses one given explicitly). */
+    static char def[4200];
+    const char *env = getenv("MANGO_POOL");
+    if (!O.pool && !(env && *env)) {
+        const char *base = strrchr(O.self, '/');
+        snprintf(def, sizeof def, "/dev/shm/mango-%s-hashmap.pool", base ? base + 1 : "kvstore");
+        O.pool = def;
+    }
     mango_config cfg;
     mango_config_default(&cfg);
     cfg.pool_path = O.pool;
@@ -813,11 +960,18 @@ static int run_hashmap(void)
     if (!strcmp(O.read_keys, "wrong"))
         die_usage("%s", "--read-keys wrong is a test of the fixed-size store's GETs; the hash map has no such mode");
     mango_callbacks cb = {.is_read_only = kvh_is_read_only, .process_request = kvh_process,
-                          .init_state = kvh_init, .request_keys = kv_read_keys_callback(kvh_request_keys)};
+                          .init_state = init_hashmap, .request_keys = kv_read_keys_callback(kvh_request_keys)};
     int st = mango_init(&cfg, &cb);
     if (st < 0) {
         fprintf(stderr, "kvstore: %s: %s\n", mango_strerror(st), mango_last_error());
         return 2;
+    }
+    check_pool_kind(st, KV_KIND_HASHMAP);
+    if (kvh_buckets() == 0) {
+        fprintf(stderr, "hashmap: pool %s recovered without the hash map (its initial batch is missing)\n",
+                pool_name());
+        mango_shutdown();
+        return 1;
     }
     int rc = kvh_check();
     printf("hashmap: %s with %" PRIu64 " keys in %" PRIu64 " buckets, check %s\n", status_name(st),

@@ -149,3 +149,73 @@ def test_kill_tests_refuse_mode_none(pool, cmd):
     assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
     assert "--mode none" in r.stderr and cmd in r.stderr, r.stderr
     assert "rounds=" not in r.stdout
+
+
+def test_hashmap_refuses_a_pool_of_the_fixed_size_store(pool):
+    """Every command shared one default pool, and hashmap on a demo's pool
+    followed a NULL map (SIGSEGV)."""
+    kv("demo", "--pool", pool)
+    r = kv("hashmap", "--pool", pool, "--ops", "10", check=False)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "holds the fixed-size store (made by 'kvstore demo')" in r.stderr, r.stderr
+    assert pool in r.stderr and "--pool" in r.stderr
+    assert "RECOVERED, 4000 updates" in kv("demo", "--pool", pool).stdout  # left as it was
+
+
+@pytest.mark.parametrize("cmd", ["demo", "run"])
+def test_fixed_size_commands_refuse_a_hashmap_pool(pool, cmd):
+    kv("hashmap", "--pool", pool, "--ops", "100", "--values", "100")
+    r = kv(cmd, "--pool", pool, "--seconds", "0.05", check=False)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "holds the hash map (made by 'kvstore hashmap')" in r.stderr, r.stderr
+    assert "check ok" in kv("hashmap", "--pool", pool, "--ops", "0", "--values", "100").stdout
+
+
+def test_demo_on_a_pool_of_run_says_what_to_do(pool):
+    """demo forced 1000 values, so a pool `run` made could not be opened
+    whatever the options; the refusal now names the way out, which works."""
+    kv("run", "--pool", pool, "--values", "2000", "--seconds", "0.05")
+    r = kv("demo", "--pool", pool, check=False)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "made by 'kvstore run'" in r.stderr and "--values 2000 --value-size 64" in r.stderr, r.stderr
+    assert "--pool PATH" in r.stderr and "remove " + pool in r.stderr
+    out = kv("demo", "--pool", pool, "--values", "2000").stdout
+    assert "RECOVERED" in out
+
+
+def test_hashmap_has_its_own_default_pool(tmp_path):
+    """With neither --pool nor $MANGO_POOL, demo and hashmap no longer share
+    /dev/shm/mango-<exe>.pool. A copy of the binary with a unique name keeps
+    the default pools away from anyone else's."""
+    exe = tmp_path / f"kvstore-t{os.getpid()}"
+    shutil.copy(KV, exe)
+    pools = [f"/dev/shm/mango-{exe.name}.pool", f"/dev/shm/mango-{exe.name}-hashmap.pool"]
+    env = {k: v for k, v in os.environ.items() if k != "MANGO_POOL"}
+    try:
+        for p in pools:
+            assert not os.path.exists(p)
+        for args in (["demo"], ["hashmap", "--ops", "100", "--values", "100"]):
+            r = subprocess.run([str(exe), *args], capture_output=True, text=True, env=env, timeout=120)
+            assert r.returncode == 0, (args, r.returncode, r.stdout, r.stderr)
+        assert all(os.path.exists(p) for p in pools)
+    finally:
+        for p in pools + [p + ".bigbatch" for p in pools]:
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def test_a_store_larger_than_the_pool_is_refused(pool):
+    """kv_fixed_init abort()ed (exit 134, no message) when the durable heap
+    could not hold the store; the empty pool it made is removed, so a retry
+    with a larger --pool-size makes a new one."""
+    r = kv("run", "--pool", pool, "--values", "10M", "--value-size", "1024", "--seconds", "0.05",
+           check=False)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "do not fit in the durable heap" in r.stderr and "--pool-size" in r.stderr, r.stderr
+    assert not os.path.exists(pool)
+    r = kv("run", "--pool", pool, "--values", "300K", "--value-size", "128", "--pool-size", "32M",
+           "--log-size", "4M", "--seconds", "0.05", check=False)
+    assert r.returncode == 2 and "do not fit" in r.stderr, (r.returncode, r.stderr)
+    out = kv("run", "--pool", pool, "--values", "300K", "--value-size", "128", "--pool-size", "64M",
+             "--log-size", "4M", "--seconds", "0.05").stdout
+    assert "status=FRESH" in out
