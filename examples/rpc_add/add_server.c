@@ -11,7 +11,10 @@
  *   'A' u32 index  i64 delta   add delta to counters[index]; reply i64 new value
  *   'G' u32 index              reply i64 counters[index]
  *   'S'                        reply i64 sum of all counters
- * A malformed request gets 'E' and a message, and changes nothing.
+ * A malformed request gets 'E' and a message, and changes nothing. So does an
+ * ADD whose result would not fit in a signed 64-bit counter, and a sum that
+ * would not fit gets 'E' too: the arithmetic is checked, never undefined
+ * (any client can send INT64_MAX).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -92,18 +95,28 @@ static void parse_request(client *c, const uint8_t *p, size_t len)
 static void handle_request(client *c)
 {
     switch (c->op) {
-    case 'A':
-        counters[c->index] += c->delta;
-        reply_value(c, counters[c->index]);
+    case 'A': {
+        int64_t v;
+        if (__builtin_add_overflow(counters[c->index], c->delta, &v)) {
+            reply_error(c, "overflow: the counter would leave the signed 64-bit range; unchanged");
+            break;
+        }
+        counters[c->index] = v;
+        reply_value(c, v);
         break;
+    }
     case 'G':
         reply_value(c, counters[c->index]);
         break;
     case 'S': {
-        int64_t sum = 0;
+        /* 4096 counters each within 64 bits sum within 77: add in 128. */
+        __int128 sum = 0;
         for (int i = 0; i < N_COUNTERS; i++)
             sum += counters[i];
-        reply_value(c, sum);
+        if (sum > INT64_MAX || sum < INT64_MIN)
+            reply_error(c, "overflow: the sum leaves the signed 64-bit range");
+        else
+            reply_value(c, (int64_t)sum);
         break;
     }
     default:
@@ -181,7 +194,9 @@ static void usage(FILE *f)
 "  'A' u32 index i64 delta   add; replies the new value (i64)\n"
 "  'G' u32 index             get; replies the value (i64)\n"
 "  'S'                       sum of all counters (i64)\n"
-"A malformed request gets 'E' and a message.\n"
+"A malformed request gets 'E' and a message. Counters are signed 64-bit: an add\n"
+"whose result would leave -2^63..2^63-1 gets 'E' and changes nothing, and so\n"
+"does a sum outside that range (nothing wraps).\n"
 "\n"
 "On start it prints one line: 'add_server: listening on ADDR:PORT status=FRESH|RECOVERED'\n"
 "(with --unix: 'listening on unix:PATH').\n"

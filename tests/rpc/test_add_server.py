@@ -152,6 +152,33 @@ def test_protocol_and_restart(pool):
     srv.stop()
 
 
+def test_overflowing_adds_and_sums_are_refused(pool):
+    """counters[i] += delta and the sum were signed overflows (undefined
+    behaviour) any client could cause; an add or a sum that would leave the
+    signed 64-bit range now gets 'E' and changes nothing."""
+    top, bottom = (1 << 63) - 1, -(1 << 63)
+    srv = Server(pool, "emulated").start()
+    c = Client(srv.port)
+    assert c.add(1, top) == top
+    r = c.call(b"A" + struct.pack("<Iq", 1, 1))
+    assert r.startswith(b"E") and b"overflow" in r, r
+    assert c.get(1) == top
+    assert c.add(2, bottom) == bottom
+    r = c.call(b"A" + struct.pack("<Iq", 2, -1))
+    assert r.startswith(b"E") and b"overflow" in r, r
+    assert c.get(2) == bottom
+    assert c.sum() == -1  # top + bottom: no intermediate overflow either
+    assert c.add(3, top) == top and c.sum() == top - 1
+    assert c.add(4, 2) == 2
+    r = c.call(b"S")  # top + 1
+    assert r.startswith(b"E") and b"overflow" in r, r
+    assert c.add(4, -2) == 0 and c.sum() == top - 1
+    c.close()
+    srv.stop()
+    p = subprocess.run([srv.binary, "--help"], capture_output=True, text=True)
+    assert "changes nothing" in p.stdout and "nothing wraps" in p.stdout
+
+
 def test_pipelined_requests_answer_in_order(pool):
     srv = Server(pool, "emulated").start()
     c = Client(srv.port)
