@@ -1,7 +1,12 @@
 /* kv_fixed.h -- the paper's Listing 2 key-value store: fixed-size values in a
- * durable array addressed by index, plus a per-client table of the last
- * applied request sequence number (exactly-once bookkeeping, and what the crash
- * test uses to check that batches are never half-applied). */
+ * durable array addressed by index, plus a per-client table of the sequence
+ * number of the last PUT applied. The table is bookkeeping, not a duplicate
+ * filter: kv_fixed_process applies every PUT and records its seq as given,
+ * so a repeated or stale seq is applied again (a client that retries must
+ * compare its seq with kv_fixed_client_seq itself). The drivers number each
+ * client's PUTs 1, 2, ... from it after a restart, and the crash test uses
+ * it to check that acknowledged PUTs survived and batches were never
+ * half-applied. */
 #ifndef KV_FIXED_H
 #define KV_FIXED_H
 
@@ -17,7 +22,7 @@ typedef struct kv_fixed_cmd {
     int op;
     uint32_t index;
     uint32_t client;   /* < KV_MAX_CLIENTS */
-    uint64_t seq;      /* PUT: client's request number, recorded durably */
+    uint64_t seq;      /* PUT: client's request number, recorded durably (not checked) */
     const char *value; /* PUT: value_size bytes; FILL: one value copied everywhere */
     char *out;         /* GET: value_size bytes of output */
     int status;        /* 0 ok, -1 bad index */
