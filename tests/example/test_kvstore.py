@@ -219,3 +219,18 @@ def test_a_store_larger_than_the_pool_is_refused(pool):
     out = kv("run", "--pool", pool, "--values", "300K", "--value-size", "128", "--pool-size", "64M",
              "--log-size", "4M", "--seconds", "0.05").stdout
     assert "status=FRESH" in out
+
+
+def test_readme_names_every_command_and_default_pool():
+    """examples/kvstore/README.md stays consistent with `kvstore --help`."""
+    readme = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "kvstore",
+                          "README.md")
+    text = open(readme).read()
+    help_text = kv("--help").stdout
+    commands = help_text.split("Commands:\n")[1].split("\n\n")[0]
+    names = re.findall(r"^  (\S+)", commands, re.M)
+    assert "hashmap" in names and "history-test" in names
+    for name in names:
+        assert f"| `{name}` |" in text, name
+    for pool in ("/dev/shm/mango-kvstore.pool", "/dev/shm/mango-kvstore-hashmap.pool"):
+        assert pool in help_text and pool in text
