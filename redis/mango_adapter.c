@@ -1187,7 +1187,13 @@ static int copies_argument_bytes(const struct redisCommand *cmd)
            p == lpushCommand || p == rpushCommand || p == lpushxCommand || p == rpushxCommand ||
            p == saddCommand || p == sremCommand || p == zaddCommand || p == zremCommand ||
            p == incrCommand || p == decrCommand || p == incrbyCommand || p == decrbyCommand ||
-           p == delCommand || p == unlinkCommand;
+           p == delCommand || p == unlinkCommand ||
+           /* The engine keeps an sdsdup of the code (engineLibraryCreate), the
+            * pool a copy of its own (mangoFunctionsSave): the durable copy of a
+            * 1 MB library's argument was freed after the command, outside a
+            * batch, and a kill before the next batch left it in the heap for
+            * good (found by a review, session 37). */
+           p == functionLoadCommand;
 }
 
 /* Commands that keep only their value arguments: setKey()/dbAdd() store the
