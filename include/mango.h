@@ -169,7 +169,9 @@ enum {
 /* Start the runtime: open (or create) the pool, recover or initialise the
  * state, start the backend. Returns MANGO_FRESH or MANGO_RECOVERED, or a
  * negative error code (message in mango_last_error()). A call that fails
- * after making a new pool removes it again (before init_state runs).
+ * after making a new pool and opening it removes it again (before
+ * init_state runs); one that made it but could not open it (another process
+ * took it first: MANGO_EBUSY) leaves it to that process.
  *
  * fork(): only the process that opened the pool writes it. In a child
  * forked while the runtime is up (a snapshot writer, say), every call that

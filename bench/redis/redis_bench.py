@@ -1495,6 +1495,7 @@ def main():
         if os.path.exists(run_json):  # the grid's settings and description, not this command's
             saved = json.load(open(run_json))
             meta.update(saved["meta"])
+            args.settle = False  # runs saved before --settle existed ran right after the load
             for k, v in saved["args"].items():
                 setattr(args, k, v)
         rows = list(csv.DictReader(open(csv_path)))

@@ -243,6 +243,12 @@ static bool watch(worker *w, conn *c, enum watching want)
     } else if (c->watching == W_WRITE) {
         w->n_blocked--;
     }
+    /* The frame timeout counts only time spent reading: a connection that
+     * waited for its client to take responses (W_WRITE) or for held ones
+     * (W_NONE) starts its frame's clock again (found by a final read,
+     * session 37: it could be closed as stalled at once). */
+    if (want == W_READ && c->len > 0)
+        c->frame_since_ms = now_ms();
     c->watching = want;
     return true;
 }

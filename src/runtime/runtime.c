@@ -807,8 +807,8 @@ fail_heap:
     recovery_heap_unmapped();
     rt.heap = NULL;
 fail_pool:
+    forget_new_pool(created); /* before pool_close: still holding its lock */
     pool_close(p);
-    forget_new_pool(created);
     return rc;
 }
 
@@ -1205,13 +1205,14 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
             munmap(rt.heap, rt.heap_size);
             recovery_heap_unmapped();
             rt.heap = NULL;
+            forget_new_pool(rt.pool_created); /* before pool_close: still holding its lock */
             pool_close(&rt.pool);
-            forget_new_pool(rt.pool_created);
             dedup_destroy(rt.set);
             munmap(rt.set, sizeof *rt.set);
             rt.set = NULL;
         }
-        return mango_error(rc, "cannot set up flat combining for %u threads (out of memory)", cfg.max_threads);
+        return mango_error(rc, "cannot set up flat combining for %u threads (%s)", cfg.max_threads,
+                           rc == MANGO_ENOMEM ? "out of memory" : "no thread-specific key left");
     }
     rt.up = true;
     if (status == MANGO_FRESH) {
@@ -1739,8 +1740,9 @@ int mango_shutdown(void)
         munmap(rt.deps, sizeof *rt.deps);
         rt.deps = NULL;
     }
+    int prc = MANGO_OK;
     if (rt.pipe_started) {
-        int prc = pipeline_stop(&rt.pipe); /* drains frames in flight first */
+        prc = pipeline_stop(&rt.pipe); /* drains frames in flight first */
         rt.pipe_started = false;
         if (prc != MANGO_OK)
             atomic_store(&rt.failed, prc);
@@ -1771,6 +1773,12 @@ int mango_shutdown(void)
     atomic_store(&live, false);
     if (drc != MANGO_OK)
         return drc;
+    if (prc != MANGO_OK) { /* the final drain's sync failed: its code, and the sync thread's message */
+        mango_error_stopped();
+        char why[1024];
+        snprintf(why, sizeof why, "%s", mango_last_error());
+        return mango_error(prc, "mango_shutdown: the last batches' sync failed: %s", why);
+    }
     if (rc != MANGO_OK)
         return rc;
     /* A runtime stopped by an earlier failure (a failed pipelined sync, say)
