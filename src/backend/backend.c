@@ -435,20 +435,15 @@ int backend_stop(backend *b, bool drain)
      * everything up to here is safe. */
     if (rc == MANGO_OK && drain && b->pool->pd.failed)
         rc = mango_error(MANGO_EIO, "the pool had an I/O error; its head is not marked clean");
-    else if (rc == MANGO_OK && drain) {
+    else if (rc == MANGO_OK && drain)
         /* mango_shutdown then removes the big-batch file, so both head slots
          * must be past the last big frame (pool-format.md), not only the
          * clean one: recovery falls back to the other slot if the clean one
-         * is damaged. The slot the clean head does not overwrite names the
-         * head of the last round, the end of the log already (every head
-         * write is at applied_lsn); should it not, an ordinary head first. */
-        if (b->pool->head.head_lsn != b->applied_lsn) {
-            rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, b->log->generation, false);
-            atomic_fetch_add_explicit(&b->syncs, 1, memory_order_relaxed);
-        }
-        if (rc == MANGO_OK)
-            rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, b->log->generation, true);
-    }
+         * is damaged. The slot this head does not overwrite holds the last
+         * round's head, which is the end of the log already: every head
+         * write is at applied_lsn, and the drain above applied everything
+         * (unit.test_big_batch checks that both slots name the same head). */
+        rc = pool_write_head(b->pool, b->applied_lsn, b->applied_seq, b->log->generation, true);
     pthread_mutex_destroy(&b->mu);
     pthread_cond_destroy(&b->cv);
     return rc;

@@ -253,6 +253,20 @@ static bool watch(worker *w, conn *c, enum watching want)
     return true;
 }
 
+/* A buffer holding more than `above` bytes of room goes back to `to` bytes
+ * (left as it is if realloc fails): connections that once took a large
+ * request or many responses do not keep that memory while idle. */
+static void shrink_buffer(uint8_t **buf, size_t *cap, size_t above, size_t to)
+{
+    if (*cap <= above)
+        return;
+    uint8_t *b = realloc(*buf, to);
+    if (b) {
+        *buf = b;
+        *cap = to;
+    }
+}
+
 /* Sends what may go now (out[out_off..out_ready)). Returns false if the
  * connection must be closed; *done says whether all of it left. */
 static bool flush_out(conn *c, bool *done)
@@ -274,15 +288,7 @@ static bool flush_out(conn *c, bool *done)
     if (c->out_off == c->out_len) { /* nothing held either: start over */
         c->out_base += c->out_len;
         c->out_off = c->out_ready = c->out_len = 0;
-        /* A buffer grown for large or many responses is not kept for an
-         * idle connection (out_cap > 0 here: it held them). */
-        if (c->out_cap > RPC_READ_CHUNK) {
-            uint8_t *b = realloc(c->out, RPC_OUT_CHUNK);
-            if (b) {
-                c->out = b;
-                c->out_cap = RPC_OUT_CHUNK;
-            }
-        }
+        shrink_buffer(&c->out, &c->out_cap, RPC_READ_CHUNK, RPC_OUT_CHUNK); /* (it held them: out_cap > 0) */
     }
     *done = true;
     return true;
@@ -482,13 +488,7 @@ static bool run_requests(worker *w, conn *c)
     size_t keep = c->len + frame_rest(c, s->cfg.max_request);
     if (keep < input_base(s))
         keep = input_base(s);
-    if (c->cap > keep) {
-        uint8_t *b = realloc(c->buf, keep);
-        if (b) {
-            c->buf = b;
-            c->cap = keep;
-        }
-    }
+    shrink_buffer(&c->buf, &c->cap, keep, keep);
     return true;
 }
 
