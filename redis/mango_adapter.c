@@ -1075,10 +1075,14 @@ char *mangoInfo(char *info, int after_section)
 int mangoInWriteSection(void) { return write_depth > 0; }
 
 static int stats_paused; /* written only while paused: never logged */
+static void free_durable_arguments(robj ***vector, int argc, int len);
 
 void mangoStatsBegin(void)
 {
     if (!mango_on || write_depth == 0 || !mango_capture_active) return;
+    client *c = call_depth > 0 && call_depth <= CALL_DEPTH_TRACKED ? calling[call_depth - 1] : NULL;
+    if (c != NULL && c->original_argv != NULL) /* call() frees it in this section */
+        free_durable_arguments(&c->original_argv, c->original_argc, c->original_argc);
     mango_batch_pause();
     stats_paused = 1;
 }
@@ -1282,6 +1286,48 @@ static void durable_argv(client *c, int values_only)
     }
 }
 
+/* ---- argument copies freed by their own batch ------------------------------
+ *
+ * The copies durable_argv made that the command did not keep (an APPEND's or
+ * an LREM's argument, a refused SET NX's value, XADD's fields), and the
+ * vectors a rewrite allocated inside the write section (XADD's "*" becomes
+ * the entry's ID, EXPIRE becomes PEXPIREAT), used to be freed by
+ * freeClientArgv() after the command, outside any batch: the free waited for
+ * the next batch, and a kill -9 before it left them in the durable heap for
+ * good (+1 MB a crash for a 1 MB argument; found by a review, session 37).
+ * So while the command's write section still captures, every durable
+ * argument that only its vector holds (refcount 1: nothing else can reach
+ * it, and the vector would free it next) is replaced by a transient copy of
+ * itself and freed in this batch, and a durable vector is moved to transient
+ * memory. Arguments something else keeps (SET's stored value, a blocked
+ * client's keys, propagation's references) have a higher count and stay.
+ * The original vector of a rewritten command is done the same way when its
+ * statistics begin (call() frees it there, after the slowlog).
+ * Left: what only the end of an outer call() releases (an EXEC's or a
+ * script's inner commands while propagation or client tracking hold their
+ * arguments), freed at the next batch as before. */
+static void free_durable_arguments(robj ***vector, int argc, int len)
+{
+    robj **argv = *vector;
+    if (argv == NULL || !mango_capture_active) return;
+    for (int j = 0; j < argc; j++) {
+        robj *o = argv[j];
+        if (o == NULL || !is_durable_ptr(o) || o->refcount != 1 || o->type != OBJ_STRING) continue;
+        mango_batch_pause();
+        argv[j] = dupStringObject(o); /* transient: the batch is paused */
+        mango_batch_resume();
+        decrRefCount(o); /* captured: freed by this batch */
+    }
+    if (is_durable_ptr(argv)) {
+        mango_batch_pause();
+        robj **moved = zmalloc(sizeof(robj *) * (len > argc ? len : argc));
+        mango_batch_resume();
+        memcpy(moved, argv, sizeof(robj *) * argc);
+        zfree(argv);
+        *vector = moved;
+    }
+}
+
 /* ---- reply dependencies (see the top of this file) ----------------------- */
 
 /* The slot of (db, key); -1 if the argument is not a string. */
@@ -1464,7 +1510,6 @@ int mangoCallBegin(client *c)
 
 void mangoCallEnd(client *c, int write)
 {
-    UNUSED(c);
     if (!mango_on) return;
     if (write == 2) check_transient_argv(c);
     if (write && mangoFunctionsWrite(c->cmd)) {
@@ -1474,6 +1519,7 @@ void mangoCallEnd(client *c, int write)
         mangoFunctionsSave(); /* the file's libraries replaced the engine's */
     }
     if (is_debug_reload(c)) freeing_at_once--;
+    if (write) free_durable_arguments(&c->argv, c->argc, c->argv_len);
     if (write) mangoWriteEnd();
     note_epoch++;
     if (--call_depth == 0) {
