@@ -4135,7 +4135,7 @@ def test_a_kill_right_after_a_write_leaves_no_copy_of_its_arguments(srv, case):
     r.flushall()
     wait_until(lambda: r.info("mangosteen")["mango_objects_being_released"] == 0, what="the release")
     left = r.info("mangosteen")["mango_heap_allocated_bytes"] - base
-    assert left < (256 << 10), left
+    assert left < (64 << 10), left  # 0 in session 38's runs
 
 
 @pytest.mark.parametrize("how", ["kill", "shutdown"])
