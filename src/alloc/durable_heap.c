@@ -32,6 +32,9 @@
  * invariants dheap_check verifies: no two free large chunks are adjacent, the
  * last chunk is never a free large one, and a chunk has the flag exactly when
  * the chunk below it is a free large one whose footer holds its size.
+ * realloc grows a large chunk in place when the chunk above it is a free
+ * large one with room, or when it is the last chunk and top has room
+ * (grow_large); otherwise it moves the block (a copy, captured).
  *
  * Slabs. A request of up to 128 bytes takes a headerless object of 8 bytes
  * (slab class 0; 8-byte aligned, as jemalloc's) or of 16, 32, ... 128 (class
@@ -1161,6 +1164,45 @@ static void zero_payload(char *p, size_t total)
     }
 }
 
+/* Grow the in-use large chunk at off to `need` bytes (a page multiple)
+ * where it lies: into the free large chunk right above it (split if that
+ * leaves a tail), or into the space at top when it is the last chunk. false
+ * if neither has room; the heap is unchanged then. Before session 38 a
+ * realloc always moved, so a string grown by appends to 64 MiB in steps of
+ * about 1 MiB was copied, and logged, whole every time (~2 GB of log). */
+static bool grow_large(uint64_t off, uint64_t need)
+{
+    dheap_root *r = g_root;
+    chunk_hdr *h = hdr_at(off);
+    uint64_t sz = csize(h), end = off + sz;
+    uint8_t flag = prev_flag(h);
+    if (need <= sz || need > MAX_CHUNK)
+        return false;
+    if (end == r->top) {
+        if (need - sz > g_cap - end)
+            return false;
+        set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
+        META_SET(r->top, off + need);
+        if (r->hwm && off + need > r->hwm)
+            META_SET(r->hwm, off + need);
+    } else {
+        chunk_hdr *above = hdr_at(end);
+        if (above->magic != magic_for(end))
+            die("realloc", g_base + off + HDR, "corrupt header of the chunk above");
+        if (!is_free_large(end) || sz + csize(above) < need)
+            return false;
+        uint64_t total = sz + csize(above);
+        large_unlink(end);
+        set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
+        if (total > need) /* the chunk above the tail keeps its flag */
+            make_free_large(off + need, total - need, 0);
+        else
+            set_prev_flag(off + total, false);
+    }
+    META_SET(r->allocated, r->allocated + (need - sz));
+    return true;
+}
+
 void *dheap_realloc(void *p, size_t n)
 {
     if (!p)
@@ -1173,6 +1215,14 @@ void *dheap_realloc(void *p, size_t n)
     /* Stay in place unless that would waste more than half the block. */
     if (n <= usable && n >= usable / 2)
         return p;
+    /* A large chunk (not a slab object, not memalign's alias) grows in place
+     * when the space above it is free. */
+    if (n > usable && n > DHEAP_SMALL_MAX && n <= MAX_CHUNK - HDR - PAGE && slab_resolve("realloc", p) < 0) {
+        uint64_t alias;
+        uint64_t off = resolve("realloc", p, &alias);
+        if (!alias && hdr_at(off)->cls == CLS_LARGE && grow_large(off, ROUND_UP((uint64_t)n + HDR, PAGE)))
+            return p;
+    }
     void *q = dheap_malloc(n);
     if (!q)
         return NULL;
