@@ -29,6 +29,16 @@ unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max);
  * always linked in. */
 void libc_interpose_link_anchor(void);
 
+/* Signal handlers (signal_interpose.c): every handler the program installs
+ * runs with capture and durable allocation off. The handlers entered on this
+ * thread and not returned from (left by siglongjmp) since the count was last
+ * reset; the runtime resets it when a batch begins and refuses to commit a
+ * batch that ends with one counted. The anchor is referenced by mango_init
+ * so the interposer is always linked in. */
+unsigned signal_handlers_unreturned(void);
+void signal_handlers_reset(void);
+void signal_interpose_link_anchor(void);
+
 /* mango_capture() for stores of at most 32 bytes that are usually inside
  * the durable heap (the durable allocator's metadata): the inline fast path
  * first. Same result as mango_capture(). */

@@ -105,7 +105,7 @@ static const char *const runtime_files[] = {
     "dedup_set.c",      "disks.c",        "durable_heap.c", "error.c",           "flat_combining.c",  "heap_preview.c",
     "layout.c",         "libc_interpose.c", "persist.c",       "pool.c",
     "read_deps.c",      "recovery.c",     "redo_log.c",        "rpc_server.c",      "runtime.c",
-    "scratch.c",        "snapshot.c",
+    "scratch.c",        "signal_interpose.c", "snapshot.c",
     "split_alloc.c",
     "trace.c",          "verify.c",       "libstdcxx_interpose.cpp", "string_instantiation.cpp",
 };

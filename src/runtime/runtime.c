@@ -310,6 +310,7 @@ static int batch_begin(void *arg, unsigned n)
         return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
     if (rt.durable) {
+        signal_handlers_reset();
         capture_begin(rt.set);
         if (__builtin_expect(rt.verify, 0))
             capture_verify_begin(n); /* before any code of the batch writes */
@@ -374,6 +375,13 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     capture_end();
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
+    if (__builtin_expect(signal_handlers_unreturned() != 0, 0)) {
+        dedup_clear(rt.set);
+        n_zero = 0;
+        return fail(mango_error(MANGO_EFAILED, "a signal handler that interrupted this batch did not return "
+                                               "(siglongjmp?): stores after it were not captured, so the batch "
+                                               "is not committed and no more writes are accepted"));
+    }
     dedup_merge_ranges(rt.set);
     uint64_t scratch = scratch_drop(rt.set); /* blocks whose written bytes are all scratch */
     rt.scratch_blocks += scratch;
@@ -1138,6 +1146,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         return rc0;
     split_alloc_link_anchor();
     libc_interpose_link_anchor();
+    signal_interpose_link_anchor();
     if (!fork_handler) {
         if (pthread_atfork(NULL, NULL, on_fork_child) != 0)
             return mango_error(MANGO_ENOMEM, "pthread_atfork: cannot register the fork handler");
