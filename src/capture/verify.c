@@ -110,15 +110,20 @@ static const char *const runtime_files[] = {
     "trace.c",          "verify.c",       "libstdcxx_interpose.cpp", "string_instantiation.cpp",
 };
 
-bool capture_verify_is_runtime_file(const char *name)
+#define N_RUNTIME_FILES (sizeof runtime_files / sizeof runtime_files[0])
+
+/* Index of `name`'s base name in runtime_files; -1 if it is not one. */
+static int runtime_file_index(const char *name)
 {
     const char *b = strrchr(name, '/');
     b = b ? b + 1 : name;
-    for (size_t i = 0; i < sizeof runtime_files / sizeof runtime_files[0]; i++)
+    for (size_t i = 0; i < N_RUNTIME_FILES; i++)
         if (strcmp(b, runtime_files[i]) == 0)
-            return true;
-    return false;
+            return (int)i;
+    return -1;
 }
+
+bool capture_verify_is_runtime_file(const char *name) { return runtime_file_index(name) >= 0; }
 
 bool capture_verify_enabled(void) { return V.enabled; }
 
@@ -255,7 +260,23 @@ static void load_symbols(void)
                 V.syms[k] = (vsym){.lo = lo, .hi = hi, .name = name, .file = "dynamic linker", .internal = true};
             k++;
         }
+        /* An application file may share a runtime file's base name (its
+         * own pool.c): STT_FILE holds base names only, and matching them
+         * alone left that file's static globals unverified (found by a
+         * review, session 38). The runtime archive is linked after the
+         * program's objects (mango-cc, CMake), so of several STT_FILE
+         * entries with one name the runtime's is the last. */
+        size_t last_of[N_RUNTIME_FILES];
+        for (size_t r = 0; r < N_RUNTIME_FILES; r++)
+            last_of[r] = SIZE_MAX;
+        for (size_t i = 0; i < nsym; i++)
+            if (ELF64_ST_TYPE(sym[i].st_info) == STT_FILE && sym[i].st_name < strsz) {
+                int r = runtime_file_index(str + sym[i].st_name);
+                if (r >= 0)
+                    last_of[r] = i;
+            }
         const char *file = NULL;
+        bool runtime_file = false;
         for (size_t i = 0; i < nsym; i++) {
             const Elf64_Sym *s = &sym[i];
             if (s->st_name >= strsz)
@@ -264,10 +285,14 @@ static void load_symbols(void)
             int type = ELF64_ST_TYPE(s->st_info);
             if (type == STT_FILE) {
                 file = name;
+                int r = runtime_file_index(name);
+                runtime_file = r >= 0 && last_of[r] == i;
                 continue;
             }
-            if (ELF64_ST_BIND(s->st_info) != STB_LOCAL)
+            if (ELF64_ST_BIND(s->st_info) != STB_LOCAL) {
                 file = NULL; /* globals are not grouped by file */
+                runtime_file = false;
+            }
             if ((type != STT_OBJECT && type != STT_NOTYPE) || s->st_size == 0 ||
                 s->st_shndx == SHN_UNDEF || s->st_shndx >= SHN_LORESERVE)
                 continue;
@@ -282,7 +307,7 @@ static void load_symbols(void)
                 v->file = file;
                 /* name@VERSION: a library global copy-relocated into the
                  * executable (stdout, optind, environ): not application state. */
-                v->internal = (file && capture_verify_is_runtime_file(file)) || strchr(name, '@') ||
+                v->internal = runtime_file || strchr(name, '@') ||
                               user_ignored(name, file);
             }
             k++;

@@ -13,7 +13,8 @@
  *      outside commands are not reported;
  *   5. a block captured only in part (bytes 0..3 of 0..7) is reported;
  *   6. the runtime's own globals are never reported (its source list covers
- *      every file in src/);
+ *      every file in src/), while a static global of an application file
+ *      with a runtime file's name (capture_verify_app/pool.c) is;
  *   7. MANGO_VERIFY_ABORT=1 aborts at the first miss (in a forked child);
  *   8. a .bss store made while the batch is paused is reported by default;
  *      with MANGO_VERIFY_PAUSED=ignore (in a forked child) it is not, while
@@ -157,6 +158,15 @@ static void c_bss_uncaptured(void *arg)
     (void)arg;
     for (int i = 40; i < 48; i++)
         g_bss[i] = (unsigned char)(0xA0 + i);
+}
+
+/* 6b: a static global in an application file named like a runtime file
+ * (capture_verify_app/pool.c). */
+void app_pool_touch(unsigned char v);
+static void c_app_pool_uncaptured(void *arg)
+{
+    (void)arg;
+    app_pool_touch(0x5A);
 }
 
 static void c_bss_captured(void *arg)
@@ -469,6 +479,9 @@ int main(void)
              (unsigned long)(uintptr_t)&g_bss[40], (unsigned long)(uintptr_t)&g_bss[32]);
     CHECK(has(o.text, needle));
     CHECK(has(o.text, ".data/.bss: g_bss+40 (test_capture_verify.c)"));
+    o = run(c_app_pool_uncaptured, NULL);
+    CHECK(o.missed == 1);
+    CHECK(has(o.text, "app_pool_state+3 (pool.c)"));
     o = run(c_bss_captured, NULL);
     CHECK(o.missed == 0);
 
@@ -498,7 +511,7 @@ int main(void)
 
     mango_get_stats(&st);
     uint64_t total_missed = st.verify_missed_blocks;
-    CHECK(total_missed == want + 3);
+    CHECK(total_missed == want + 4);
     CHECK(mango_shutdown() == 0);
     t = report_new();
     snprintf(needle, sizeof needle, "%llu missed block(s)", (unsigned long long)total_missed);
