@@ -25,9 +25,10 @@ bool capture_is_durable(uintptr_t addr, size_t len);
  * many there are. (Used by the capture verifier, verify.h.) */
 unsigned capture_get_ranges(uintptr_t *lo, uintptr_t *hi, unsigned max);
 
-/* Referenced by mango_init so the libc interceptors (libc_interpose.c) are
- * always linked in. */
+/* Referenced by mango_init so the libc interceptors (libc_interpose.c,
+ * libc_interpose_outparams.c) are always linked in. */
 void libc_interpose_link_anchor(void);
+void libc_interpose_outparams_link_anchor(void);
 
 /* Signal handlers (signal_interpose.c): every handler the program installs
  * runs with capture and durable allocation off. The handlers entered on this

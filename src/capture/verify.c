@@ -103,7 +103,7 @@ static bool user_ignored(const char *name, const char *file)
 static const char *const runtime_files[] = {
     "backend.c",        "big_batch.c",    "capture.c",         "commit_pipeline.c", "crc32c.c",
     "dedup_set.c",      "disks.c",        "durable_heap.c", "error.c",           "flat_combining.c",  "heap_preview.c",
-    "layout.c",         "libc_interpose.c", "persist.c",       "pool.c",
+    "layout.c",         "libc_interpose.c", "libc_interpose_outparams.c", "persist.c",       "pool.c",
     "read_deps.c",      "recovery.c",     "redo_log.c",        "rpc_server.c",      "runtime.c",
     "scratch.c",        "signal_interpose.c", "snapshot.c",
     "split_alloc.c",

@@ -1146,6 +1146,7 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
         return rc0;
     split_alloc_link_anchor();
     libc_interpose_link_anchor();
+    libc_interpose_outparams_link_anchor();
     signal_interpose_link_anchor();
     if (!fork_handler) {
         if (pthread_atfork(NULL, NULL, on_fork_child) != 0)

@@ -23,8 +23,12 @@
  * sizes it cannot see (L()), as real code with runtime sizes would.
  */
 #define _GNU_SOURCE
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <sys/random.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -91,7 +95,7 @@ typedef struct rec {
     uint32_t control;
 } rec;
 
-#define MAX_REGS 8
+#define MAX_REGS 16
 typedef struct cmd {
     int op;
     bool ok;            /* functional result as expected, buffers durable */
@@ -127,6 +131,9 @@ static void add(cmd *c, const char *name, void *p, size_t n)
         c->reg[c->nreg].n = n;
         c->reg[c->nreg].control = 0;
         c->nreg++;
+    } else {
+        fprintf(stderr, "op %d: more than %d regions (%s not checked)\n", c->op, MAX_REGS, name);
+        c->ok = false;
     }
 }
 
@@ -196,13 +203,13 @@ enum {
     OP_MEM, OP_PREP_ZERO, OP_ZERO, OP_STR, OP_PREP_TOK, OP_TOK, OP_WIDE,
     OP_PRINTF, OP_ASPRINTF, OP_READ, OP_RECV, OP_RECVMSG, OP_STDIO, OP_GETLINE,
     OP_QSORT, OP_DUP, OP_PATH, OP_TIME, OP_CHK1, OP_CHK2, OP_CHK_IO, OP_BSS,
-    OP_CONTROL, OP_COUNT
+    OP_OUTPARAMS, OP_CONTROL, OP_COUNT
 };
 
 static const char *op_name[OP_COUNT] = {
     "mem", "prep_zero", "zero", "str", "prep_tok", "tok", "wide", "printf",
     "asprintf", "read", "recv", "recvmsg", "stdio", "getline", "qsort", "dup",
-    "path", "time", "chk1", "chk2", "chk_io", "bss", "control",
+    "path", "time", "chk1", "chk2", "chk_io", "bss", "outparams", "control",
 };
 
 static void op_mem(cmd *c)
@@ -589,6 +596,92 @@ static void op_time(cmd *c)
     add(c, "time functions", v, sizeof *v);
 }
 
+/* Out-parameters (libc_interpose_outparams.c, session 38). */
+static void op_outparams(cmd *c)
+{
+    char *d;
+    if ((d = dbuf(c, 300))) {
+        ssize_t r = VF(readlink)("/proc/self/exe", d, L(300));
+        EXPECT(r > 0 && r < 300);
+        if (r > 0)
+            add(c, "readlink", d, (size_t)r);
+    }
+    if ((d = dbuf(c, 300))) {
+        ssize_t r = VF(readlinkat)(AT_FDCWD, "/proc/self/exe", d, L(300));
+        EXPECT(r > 0 && r < 300);
+        if (r > 0)
+            add(c, "readlinkat", d, (size_t)r);
+    }
+    if ((d = dbuf(c, 300))) {
+        EXPECT(VF(getrandom)(d, L(64), 0) == 64);
+        add(c, "getrandom", d, 64);
+    }
+    if ((d = dbuf(c, 300))) {
+        EXPECT(VF(inet_pton)(AF_INET6, "2001:db8::7", d) == 1);
+        add(c, "inet_pton", d, 16);
+    }
+    if ((d = dbuf(c, 300))) {
+        EXPECT(VF(inet_aton)("10.1.2.3", (struct in_addr *)d) != 0);
+        add(c, "inet_aton", d, 4);
+    }
+    unsigned *seed = (unsigned *)dbuf(c, 64);
+    if (seed) {
+        unsigned s0 = 12345;
+        VF(memcpy)(seed, &s0, L(sizeof s0));
+        VF(rand_r)(seed);
+        EXPECT(*seed != 12345);
+        add(c, "rand_r", seed, sizeof *seed);
+    }
+    time_t t = 1700000000 + c->op;
+    if ((d = dbuf(c, 300))) {
+        EXPECT(VF(ctime_r)(&t, d) == d);
+        add(c, "ctime_r", d, strlen(d) + 1);
+    }
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    if ((d = dbuf(c, 300))) {
+        EXPECT(VF(asctime_r)(&tm, d) == d);
+        add(c, "asctime_r", d, strlen(d) + 1);
+    }
+    if ((d = dbuf(c, 300))) {
+        size_t n = VF(strxfrm)(d, text, L(300));
+        EXPECT(n < 300);
+        add(c, "strxfrm", d, n + 1);
+    }
+    double *ip = (double *)dbuf(c, 64);
+    if (ip) {
+        EXPECT(VF(modf)(3.75, ip) == 0.75 && *ip == 3.0);
+        add(c, "modf", ip, sizeof *ip);
+    }
+    float *fp = (float *)dbuf(c, 64);
+    if (fp) {
+        EXPECT(VF(modff)(2.5f, fp) == 0.5f && *fp == 2.0f);
+        add(c, "modff", fp, sizeof *fp);
+    }
+    int *e = (int *)dbuf(c, 64);
+    if (e) {
+        VF(frexp)(48.0, e);
+        EXPECT(*e == 6);
+        add(c, "frexp", e, sizeof *e);
+    }
+    int *ef = (int *)dbuf(c, 64);
+    if (ef) {
+        VF(frexpf)(0.75f, ef);
+        EXPECT(*ef == 0);
+        add(c, "frexpf", ef, sizeof *ef);
+    }
+    struct sockaddr_storage *sa = (struct sockaddr_storage *)dbuf(c, sizeof *sa + sizeof(socklen_t));
+    if (sa) {
+        socklen_t *len = (socklen_t *)(sa + 1);
+        socklen_t room = sizeof *sa;
+        VF(memcpy)(len, &room, L(sizeof room));
+        EXPECT(VF(getsockname)(unix_sv[0], (struct sockaddr *)sa, len) == 0);
+        EXPECT(*len >= sizeof(sa_family_t) && sa->ss_family == AF_UNIX);
+        add(c, "getsockname addr", sa, *len);
+        add(c, "getsockname addrlen", len, sizeof *len);
+    }
+}
+
 static void op_chk1(cmd *c)
 {
     char src[300];
@@ -691,7 +784,7 @@ static void (*const ops[OP_COUNT])(cmd *) = {
     op_mem, op_prep_zero, op_zero, op_str, op_prep_tok, op_tok, op_wide,
     op_printf, op_asprintf, op_read, op_recv, op_recvmsg, op_stdio, op_getline,
     op_qsort, op_dup, op_path, op_time, op_chk1, op_chk2, op_chk_io, op_bss,
-    op_control,
+    op_outparams, op_control,
 };
 
 static bool is_read_only(void *ctx) { return false; }
