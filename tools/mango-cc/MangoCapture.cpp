@@ -1,8 +1,9 @@
 // MangoCapture.cpp -- LLVM 16 new-pass-manager plugin that instruments every
 // store to possibly-durable memory with a call to the Mangosteen runtime.
 //
-// For every function with a body (except mango_* functions, naked functions
-// and functions annotated "mango_no_capture"), the pass finds the
+// For every function with a body (except the runtime's mango_capture and its
+// inline fast path, naked functions and functions annotated
+// "mango_no_capture"), the pass finds the
 // instructions that write memory:
 //
 //   store                          (len = store size of the value type)
@@ -112,15 +113,22 @@ const char *const DoneFlag = "mango.capture.instrumented";
 
 // Two writes through the same base are merged into one capture when the hole
 // between them is at most this many bytes, as long as the merged range stays
-// below MaxMergedSpan.
+// below MaxMergedSpan. A merged range with holes is used only when it starts
+// in the durable heap (checked at run time, mango_capture_fastpath): there
+// every byte is durable, and a hole is logged with the value it has. In
+// .data/.bss the log restores only the bytes written, so a transient field
+// in a hole (a file descriptor, a pointer set at start-up) would come back
+// from the crashed process: there the pieces are captured one by one (found
+// by a review, session 38).
 constexpr uint64_t MaxMergeGap = 64;
+const char *const FastPathVarName = "mango_capture_fastpath";
 constexpr uint64_t MaxMergedSpan = 4096;
 
 struct Stats {
   unsigned Functions = 0, Stores = 0, Atomics = 0, MemIntrinsics = 0,
            Masked = 0, SkippedStack = 0, SkippedTLS = 0, SkippedAddrSpace = 0,
            Checks = 0, Calls = 0, FastPaths = 0, StrippedFns = 0,
-           StrippedCalls = 0;
+           StrippedCalls = 0, GappyMerges = 0;
 };
 
 // One range to capture. Len == nullptr means ConstLen is the length.
@@ -153,6 +161,7 @@ private:
   GlobalVariable *Flag = nullptr;
   FunctionCallee Capture;
   Function *Fast = nullptr;           // mango_capture_try_fast, if defined
+  GlobalVariable *FastPathVar = nullptr; // mango_capture_fastpath, with Fast
   GlobalAlias *FastAlias = nullptr;   // C++: the extern "C" name is an alias
   SmallVector<CallInst *, 64> ToInline;
   Type *IntPtrTy = nullptr;
@@ -171,7 +180,6 @@ private:
   void inlineFastPaths(Module &M);
 };
 
-bool startsWithMango(StringRef N) { return N.startswith("mango_"); }
 
 // getUnderlyingObject, looking through llvm.threadlocal.address (clang 16
 // reaches every TLS variable through it) to the thread-local global.
@@ -210,7 +218,11 @@ bool MangoCapturePass::shouldInstrument(
     Function &F, const DenseSet<Function *> &Annotated) {
   if (F.isDeclaration() || F.isIntrinsic())
     return false;
-  if (startsWithMango(F.getName()))
+  // The runtime's own entry points, should a module define them. Before
+  // session 38 every function named mango_* was skipped, and the stores of
+  // helpers inlined into an application's mango_* function were lost at -O2
+  // (found by a review).
+  if (F.getName() == CaptureName || F.getName() == FastName)
     return false;
   if (&F == Fast) // C++ mangles its name (_ZL22mango_capture_try_fast...)
     return false;
@@ -518,23 +530,68 @@ void MangoCapturePass::emitSegment(ArrayRef<Site> Seg) {
     std::stable_sort(G.begin(), G.end(), [](const Piece &A, const Piece &Bp) {
       return A.Off < Bp.Off;
     });
+    auto at = [&](int64_t Off) -> Value * {
+      if (Off == 0)
+        return Base;
+      return CB.CreateGEP(CB.getInt8Ty(), Base, CB.getInt64(Off), "mango.ptr");
+    };
+    // G[From, To) without holes: touching or overlapping pieces joined.
+    auto capturePieces = [&](size_t From, size_t To) {
+      size_t K = From;
+      while (K < To) {
+        int64_t S0 = G[K].Off, E0 = S0 + (int64_t)G[K].Len;
+        DebugLoc DLoc = G[K].DLoc;
+        size_t L = K + 1;
+        while (L < To && G[L].Off <= E0) {
+          E0 = std::max(E0, G[L].Off + (int64_t)G[L].Len);
+          ++L;
+        }
+        call(at(S0), ConstantInt::get(IntPtrTy, (uint64_t)(E0 - S0)), DLoc);
+        K = L;
+      }
+    };
     size_t I = 0;
     while (I < G.size()) {
       int64_t Start = G[I].Off;
       int64_t End = Start + (int64_t)G[I].Len;
       DebugLoc DLoc = G[I].DLoc;
+      bool Holes = false;
       size_t J = I + 1;
       while (J < G.size() && G[J].Off <= End + (int64_t)MaxMergeGap &&
              (uint64_t)(std::max(End, G[J].Off + (int64_t)G[J].Len) - Start) <=
                  MaxMergedSpan) {
+        Holes |= G[J].Off > End;
         End = std::max(End, G[J].Off + (int64_t)G[J].Len);
         ++J;
       }
-      Value *Ptr = Base;
-      if (Start != 0)
-        Ptr = CB.CreateGEP(CB.getInt8Ty(), Base, CB.getInt64(Start),
-                           "mango.ptr");
-      call(Ptr, ConstantInt::get(IntPtrTy, (uint64_t)(End - Start)), DLoc);
+      Value *Ptr = at(Start);
+      Value *Len = ConstantInt::get(IntPtrTy, (uint64_t)(End - Start));
+      if (!Holes) {
+        call(Ptr, Len, DLoc);
+      } else if (!FastPathVar || isa<GlobalVariable>(Base)) {
+        capturePieces(I, J); // a global is never in the heap
+      } else {
+        // if ((uintptr_t)ptr - heap_lo < heap_size) capture(merged);
+        // else capture each piece.
+        CB.SetCurrentDebugLocation(DLoc);
+        Value *Lo = CB.CreateLoad(IntPtrTy, FastPathVar, "mango.heap_lo");
+        Value *SizeAt = CB.CreateConstGEP1_64(
+            CB.getInt8Ty(), FastPathVar, DL->getTypeAllocSize(IntPtrTy));
+        Value *Size = CB.CreateLoad(IntPtrTy, SizeAt, "mango.heap_size");
+        Value *Rel = CB.CreateSub(CB.CreatePtrToInt(Ptr, IntPtrTy), Lo);
+        Value *InHeap = CB.CreateICmpULT(Rel, Size, "mango.in_heap");
+        Instruction *Term = &*CB.GetInsertPoint();
+        Instruction *ThenT = nullptr, *ElseT = nullptr;
+        SplitBlockAndInsertIfThenElse(InHeap, Term, &ThenT, &ElseT);
+        ThenT->getParent()->setName("mango.merged");
+        ElseT->getParent()->setName("mango.pieces");
+        CB.SetInsertPoint(ThenT);
+        call(Ptr, Len, DLoc);
+        CB.SetInsertPoint(ElseT);
+        capturePieces(I, J);
+        CB.SetInsertPoint(Term);
+        ++S.GappyMerges;
+      }
       I = J;
     }
   }
@@ -713,6 +770,7 @@ PreservedAnalyses MangoCapturePass::run(Module &M, ModuleAnalysisManager &) {
                                      false));
 
   Fast = findFastPath(M);
+  FastPathVar = Fast ? M.getNamedGlobal(FastPathVarName) : nullptr;
   ToInline.clear();
 
   for (Function &F : M)
@@ -732,7 +790,8 @@ PreservedAnalyses MangoCapturePass::run(Module &M, ModuleAnalysisManager &) {
            << " skipped_tls=" << S.SkippedTLS
            << " skipped_addrspace=" << S.SkippedAddrSpace
            << " stripped_fns=" << S.StrippedFns
-           << " stripped_calls=" << S.StrippedCalls << "\n";
+           << " stripped_calls=" << S.StrippedCalls
+           << " merges_with_holes=" << S.GappyMerges << "\n";
   }
   return PreservedAnalyses::none();
 }

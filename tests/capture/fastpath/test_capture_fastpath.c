@@ -281,7 +281,10 @@ int main(int argc, char **argv)
         o = run("crossing", c_crossing, r);
         CHECK(o.slow >= 32); /* x and the 2-byte copy cross in every record */
         o = run("globals", c_globals, r);
-        CHECK(o.slow > 0);
+        /* Stores to a global with bytes between them are captured one by one
+         * (the bytes between may be transient fields, session 38), each on
+         * the fast path; merged, they took the slow path. */
+        CHECK(fast ? o.slow == 0 : o.slow > 0);
         o = run("spill", c_spill, r);
         CHECK(o.slow <= 2 * WIDE_BLOCKS);
         /* Deduplicated exactly as by the slow path: one entry per block. */

@@ -32,6 +32,25 @@ define void @aggregate(ptr %p, ptr %q, { i32, i64 } %v, <8 x i16> %w) {
 define void @merged(ptr %p) {
   store i64 1, ptr %p
   %a = getelementptr i8, ptr %p, i64 8
+  store i64 2, ptr %a
+  %b = getelementptr i8, ptr %p, i64 16
+  store i64 3, ptr %b
+  ret void
+}
+
+; With a hole between them (bytes 12..15), and no fast path in the module to
+; tell the heap at run time, each piece is captured: in .data/.bss the log
+; restores only captured bytes, and the hole may be a transient field.
+; CHECK-LABEL: define void @holes(
+; CHECK: load i8, ptr @mango_capture_active
+; CHECK-NOT: load i8, ptr @mango_capture_active
+; CHECK: call void @mango_capture(ptr %p, i64 12)
+; CHECK: call void @mango_capture(ptr %mango.ptr, i64 8)
+; CHECK-NOT: @mango_capture(
+; CHECK: ret void
+define void @holes(ptr %p) {
+  store i64 1, ptr %p
+  %a = getelementptr i8, ptr %p, i64 8
   store i32 2, ptr %a
   %b = getelementptr i8, ptr %p, i64 16
   store i64 3, ptr %b
