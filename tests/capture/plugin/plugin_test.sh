@@ -56,6 +56,18 @@ driver)
         echo "unknown --mango- option accepted" >&2
         exit 1
     fi ;;
+target_warning)
+    # A target intrinsic that writes memory the pass cannot size is named in
+    # a warning on any target, not only x86 (AArch64's structured stores).
+    cat > neon.c <<'NEON'
+#include <arm_neon.h>
+unsigned char g_out[64];
+void f(uint8x16x2_t v) { vst2q_u8(g_out, v); }
+NEON
+    "$MANGO_CC" --mango-no-runtime --target=aarch64-linux-gnu -ffreestanding -O2 -S \
+        -emit-llvm neon.c -o neon.ll 2> warn.txt
+    cat warn.txt
+    grep -q 'warning: llvm.aarch64.neon.st2.* writes memory the plugin cannot size' warn.txt ;;
 fastpath)
     # The inline fast path (include/mango_capture_inline.h, force-included by
     # the drivers when they link the real runtime): used, inlined everywhere
