@@ -4304,10 +4304,19 @@ def test_streams_consumer_groups(srv):
 
 
 def blocked_call(srv, fn):
-    """Runs fn(client) in a thread (a blocking command); returns (thread, result dict)."""
+    """Runs fn(client) in a thread (a blocking command); returns (thread,
+    result dict): out["r"] is its result, out["error"] what it raised (a
+    kill while it waits closes its connection)."""
     c = srv.client()
     out = {}
-    t = threading.Thread(target=lambda: out.__setitem__("r", fn(c)), daemon=True)
+
+    def run():
+        try:
+            out["r"] = fn(c)
+        except Exception as e:  # noqa: BLE001 - kept for the test to look at
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
     t.start()
     return t, out
 
