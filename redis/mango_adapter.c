@@ -1192,6 +1192,12 @@ static int copies_argument_bytes(const struct redisCommand *cmd)
            p == saddCommand || p == sremCommand || p == zaddCommand || p == zremCommand ||
            p == incrCommand || p == decrCommand || p == incrbyCommand || p == decrbyCommand ||
            p == delCommand || p == unlinkCommand ||
+           /* Since session 38 (each copies the bytes it keeps, quicklist,
+            * set, skiplist or string, or keeps none; none rewrites its
+            * vector): a 1 MB argument was copied, logged and freed for
+            * nothing. */
+           p == lremCommand || p == linsertCommand || p == lsetCommand || p == setrangeCommand ||
+           p == smoveCommand || p == zincrbyCommand || p == pfaddCommand || p == setbitCommand ||
            /* The engine keeps an sdsdup of the code (engineLibraryCreate), the
             * pool a copy of its own (mangoFunctionsSave): the durable copy of a
             * 1 MB library's argument was freed after the command, outside a
