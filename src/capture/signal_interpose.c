@@ -32,8 +32,18 @@
  * when a batch begins: leaving a handler that way between batches loses
  * nothing.
  *
- * Calls glibc makes to itself (system(), posix_spawn) use its internal
- * sigaction and are not seen; they install no application handler.
+ * Also interposed, so that the program's view stays glibc's: siginterrupt
+ * (signal() leaves SA_RESTART off for the signals it names) and sigset (its
+ * handlers are wrapped too). Calls glibc makes to itself (system(),
+ * posix_spawn) use its internal sigaction and are not seen; they install no
+ * application handler. A raw rt_sigaction system call is not seen either.
+ *
+ * Not handled (found by a review, session 38; documented in docs/capture.md):
+ * two threads installing handlers for one signal at the same moment may
+ * leave the kernel with one call's mask and flags and the table with the
+ * other's handler; a vfork() child that installs a handler writes the
+ * parent's table; and a handler left by siglongjmp during a command stops
+ * the runtime's writes for good (the batch cannot be committed).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -85,6 +95,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
     struct sigaction old;
     struct sigaction mine;
     const struct sigaction *use = act;
+    bool table = false; /* the program's handler goes into the table */
     if (act != NULL) {
         void *h = (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction : (void *)act->sa_handler;
         if (wraps(h)) {
@@ -92,13 +103,19 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
             mine.sa_sigaction = trampoline;
             mine.sa_flags |= SA_SIGINFO;
             use = &mine;
+            /* The trampoline itself, read back past this wrapper (a raw
+             * rt_sigaction, glibc's internal calls): installed again as it
+             * is, the table keeps the program's handler. Stored there, it
+             * would call itself until the stack ran out (found by a
+             * review, session 38). */
+            table = h != (void *)trampoline;
         }
     }
     /* The old action first, then the table, then the kernel: a signal that
      * arrives in between runs the old handler or the new one, never none. */
     void *prev_h = __atomic_load_n(&program_handler[sig], __ATOMIC_ACQUIRE);
     int prev_flags = program_flags[sig];
-    if (act != NULL && use == &mine) {
+    if (table) {
         __atomic_store_n(&program_handler[sig], (act->sa_flags & SA_SIGINFO) ? (void *)act->sa_sigaction
                                                                            : (void *)act->sa_handler,
                          __ATOMIC_RELEASE);
@@ -106,7 +123,7 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
     }
     int rc = __sigaction(sig, use, &old);
     if (rc != 0) {
-        if (act != NULL && use == &mine) { /* refused: as it was */
+        if (table) { /* refused: as it was */
             __atomic_store_n(&program_handler[sig], prev_h, __ATOMIC_RELEASE);
             program_flags[sig] = prev_flags;
         }
@@ -125,8 +142,30 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
     return 0;
 }
 
-/* signal() with BSD semantics (glibc's): restart, the signal blocked in its
- * handler. sysv_signal: reset to SIG_DFL on delivery, not blocked. */
+/* Signals siginterrupt() asked to interrupt system calls: signal() then
+ * installs them without SA_RESTART, as glibc's does. */
+static sigset_t interrupting;
+
+int siginterrupt(int sig, int flag)
+{
+    struct sigaction act;
+    if (sig <= 0 || sig >= _NSIG || sigaction(sig, NULL, &act) != 0) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (flag) {
+        sigaddset(&interrupting, sig);
+        act.sa_flags &= ~SA_RESTART;
+    } else {
+        sigdelset(&interrupting, sig);
+        act.sa_flags |= SA_RESTART;
+    }
+    return sigaction(sig, &act, NULL);
+}
+
+/* signal() with BSD semantics (glibc's): restart (unless siginterrupt said
+ * otherwise), the signal blocked in its handler. sysv_signal: reset to
+ * SIG_DFL on delivery, not blocked. */
 static sighandler_t set_handler(int sig, sighandler_t h, int flags, bool block_self)
 {
     struct sigaction act, old;
@@ -144,11 +183,42 @@ static sighandler_t set_handler(int sig, sighandler_t h, int flags, bool block_s
     return old.sa_handler;
 }
 
-sighandler_t signal(int sig, sighandler_t h) { return set_handler(sig, h, SA_RESTART, true); }
-sighandler_t bsd_signal(int sig, sighandler_t h) { return set_handler(sig, h, SA_RESTART, true); }
-sighandler_t ssignal(int sig, sighandler_t h) { return set_handler(sig, h, SA_RESTART, true); }
+static int bsd_flags(int sig)
+{
+    return sig > 0 && sig < _NSIG && sigismember(&interrupting, sig) == 1 ? 0 : SA_RESTART;
+}
+
+sighandler_t signal(int sig, sighandler_t h) { return set_handler(sig, h, bsd_flags(sig), true); }
+sighandler_t bsd_signal(int sig, sighandler_t h) { return set_handler(sig, h, bsd_flags(sig), true); }
+sighandler_t ssignal(int sig, sighandler_t h) { return set_handler(sig, h, bsd_flags(sig), true); }
 sighandler_t sysv_signal(int sig, sighandler_t h) { return set_handler(sig, h, SA_RESETHAND | SA_NODEFER, false); }
 sighandler_t __sysv_signal(int sig, sighandler_t h) { return set_handler(sig, h, SA_RESETHAND | SA_NODEFER, false); }
+
+/* System V's sigset(): SIG_HOLD blocks the signal; anything else installs
+ * the disposition (no flags, nothing blocked in the handler) and unblocks
+ * it. Returns SIG_HOLD if the signal was blocked, else the old disposition.
+ * glibc's calls its internal sigaction, which this file does not see. */
+sighandler_t sigset(int sig, sighandler_t disp)
+{
+    sigset_t one, old_mask;
+    sigemptyset(&one);
+    if (sig <= 0 || sig >= _NSIG || sigaddset(&one, sig) != 0) {
+        errno = EINVAL;
+        return SIG_ERR;
+    }
+    struct sigaction act, old;
+    if (disp == SIG_HOLD) {
+        if (sigaction(sig, NULL, &old) != 0 || sigprocmask(SIG_BLOCK, &one, &old_mask) != 0)
+            return SIG_ERR;
+        return sigismember(&old_mask, sig) == 1 ? SIG_HOLD : old.sa_handler;
+    }
+    memset(&act, 0, sizeof act);
+    act.sa_handler = disp;
+    sigemptyset(&act.sa_mask);
+    if (sigaction(sig, &act, &old) != 0 || sigprocmask(SIG_UNBLOCK, &one, &old_mask) != 0)
+        return SIG_ERR;
+    return sigismember(&old_mask, sig) == 1 ? SIG_HOLD : old.sa_handler;
+}
 
 /* Referenced by mango_init so this file is always linked in. */
 void signal_interpose_link_anchor(void) {}

@@ -3,7 +3,10 @@
  *
  *  1. sigaction() and signal() report the program's own handler and flags
  *     as the old action (never the trampoline that runs it), SIG_IGN and
- *     SIG_DFL pass through, a bad signal number fails as before;
+ *     SIG_DFL pass through, a bad signal number fails as before; signal()
+ *     honours siginterrupt() (no SA_RESTART), sigset() is wrapped too, and
+ *     the trampoline read back with a raw rt_sigaction and installed again
+ *     runs the program's handler once (it used to call itself);
  *  2. a handler raised inside a read-write command runs with the thread's
  *     capture flag and read-write allocation flag off (its malloc comes from
  *     glibc, not the durable heap), and both are on again when it returns;
@@ -22,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "alloc/durable_heap.h"
@@ -31,6 +35,9 @@
 
 #include "check.h"
 #include "test_config.h"
+
+/* siginterrupt and sigset are deprecated, and still what some programs call. */
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 
 static char pool_path[128];
 
@@ -71,6 +78,66 @@ static void test_reported_actions(void)
     CHECK(sigaction(SIGKILL, &act, NULL) == -1); /* refused by the kernel: the table keeps the old */
     CHECK(sigaction(SIGKILL, NULL, &old) == 0 && old.sa_handler == SIG_DFL);
     CHECK(signal(1000, plain_handler) == SIG_ERR);
+}
+
+/* ---- 1b. glibc's other ways in: siginterrupt, sigset, the trampoline read
+ * back past the wrapper and installed again (found by a review) ---- */
+
+struct kernel_action {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+/* What the kernel holds for sig (the trampoline, for a wrapped handler). */
+static struct kernel_action kernel_action(int sig)
+{
+    struct kernel_action k;
+    memset(&k, 0, sizeof k);
+    syscall(SYS_rt_sigaction, sig, NULL, &k, sizeof k.mask);
+    return k;
+}
+
+static volatile int counted;
+static void counting_handler(int sig)
+{
+    (void)sig;
+    counted++;
+}
+
+static void test_glibc_views(void)
+{
+    /* siginterrupt: signal() leaves SA_RESTART off, as glibc's does. */
+    CHECK(siginterrupt(SIGUSR2, 1) == 0);
+    CHECK(signal(SIGUSR2, counting_handler) != SIG_ERR);
+    CHECK((kernel_action(SIGUSR2).flags & SA_RESTART) == 0);
+    CHECK(siginterrupt(SIGUSR2, 0) == 0);
+    CHECK((kernel_action(SIGUSR2).flags & SA_RESTART) != 0);
+    struct sigaction old;
+    CHECK(sigaction(SIGUSR2, NULL, &old) == 0 && old.sa_handler == counting_handler);
+
+    /* The trampoline installed again: the program's handler runs once (it
+     * called itself until the stack ran out). */
+    void *tramp = kernel_action(SIGUSR2).handler;
+    CHECK(tramp != NULL && tramp != (void *)counting_handler);
+    CHECK(signal(SIGUSR2, (sighandler_t)tramp) == counting_handler);
+    counted = 0;
+    CHECK(raise(SIGUSR2) == 0);
+    CHECK(counted == 1);
+
+    /* sigset: wrapped like the others, SIG_HOLD blocks, a disposition
+     * unblocks (the held signal arrives then). */
+    CHECK(sigset(SIGUSR2, SIG_DFL) == counting_handler);
+    CHECK(sigset(SIGUSR2, counting_handler) == SIG_DFL);
+    CHECK(kernel_action(SIGUSR2).handler == tramp);
+    CHECK(sigset(SIGUSR2, SIG_HOLD) == counting_handler);
+    counted = 0;
+    CHECK(raise(SIGUSR2) == 0);
+    CHECK(counted == 0);
+    CHECK(sigset(SIGUSR2, counting_handler) == SIG_HOLD);
+    CHECK(counted == 1);
+    CHECK(signal(SIGUSR2, SIG_DFL) == counting_handler);
 }
 
 /* ---- 2. a handler inside a read-write command ---- */
@@ -199,6 +266,7 @@ int main(void)
 {
     snprintf(pool_path, sizeof pool_path, "/dev/shm/mango-test-signal-%d.pool", (int)getpid());
     test_reported_actions();
+    test_glibc_views();
     CHECK(each_mode_in_a_child(pool_path, jump_child) == 0); /* before this process maps a heap */
     test_handler_inside_a_command();
     unlink(pool_path);
