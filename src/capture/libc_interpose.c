@@ -78,15 +78,8 @@
 #undef strtok_r
 #undef strsep
 
-#define unlikely(x) __builtin_expect(!!(x), 0)
-
-/* Report [p, p+n) if this thread runs a read-write command. mango_capture
- * filters by durable range. */
-#define CAPTURE(p, n)                                                            \
-    do {                                                                         \
-        if (unlikely(mango_capture_active))                                      \
-            mango_capture((const void *)(p), (size_t)(n));                       \
-    } while (0)
+/* CAPTURE(p, n): report [p, p+n) if this thread runs a read-write command. */
+#include "capture/interpose_capture.h"
 
 /* A copy onto itself (d == s) writes no new byte: Redis's listpack replaces
  * an element in place by memmoving the whole tail onto itself. */

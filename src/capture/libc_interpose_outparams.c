@@ -26,16 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "capture/capture.h"
-#include "mango.h"
-
-#define unlikely(x) __builtin_expect(!!(x), 0)
-
-#define CAPTURE(p, n)                                                            \
-    do {                                                                         \
-        if (unlikely(mango_capture_active))                                      \
-            mango_capture((const void *)(p), (size_t)(n));                       \
-    } while (0)
+#include "capture/interpose_capture.h"
 
 /* The real function: the next definition after the executable's (libc's or
  * libm's). None of these is called while the dynamic linker looks one up. */
@@ -136,23 +127,18 @@ int accept4(int fd, struct sockaddr *restrict addr, socklen_t *restrict alen, in
     return r;
 }
 
-int getsockname(int fd, struct sockaddr *restrict addr, socklen_t *restrict alen)
-{
-    socklen_t room = alen ? *alen : 0;
-    int r = REAL(getsockname)(fd, addr, alen);
-    if (unlikely(mango_capture_active) && r == 0)
-        capture_address(addr, alen, room);
-    return r;
-}
-
-int getpeername(int fd, struct sockaddr *restrict addr, socklen_t *restrict alen)
-{
-    socklen_t room = alen ? *alen : 0;
-    int r = REAL(getpeername)(fd, addr, alen);
-    if (unlikely(mango_capture_active) && r == 0)
-        capture_address(addr, alen, room);
-    return r;
-}
+/* getsockname, getpeername: the address, when they return 0. */
+#define ADDRESS_QUERY(name)                                                      \
+    int name(int fd, struct sockaddr *restrict addr, socklen_t *restrict alen)   \
+    {                                                                            \
+        socklen_t room = alen ? *alen : 0;                                       \
+        int r = REAL(name)(fd, addr, alen);                                      \
+        if (unlikely(mango_capture_active) && r == 0)                            \
+            capture_address(addr, alen, room);                                   \
+        return r;                                                                \
+    }
+ADDRESS_QUERY(getsockname)
+ADDRESS_QUERY(getpeername)
 
 /* ---- file names, random bytes, addresses ---- */
 
@@ -250,33 +236,18 @@ size_t strxfrm(char *restrict dest, const char *restrict src, size_t n)
 
 /* ---- libm's second results ---- */
 
-double modf(double x, double *ip)
-{
-    double r = REAL(modf)(x, ip);
-    CAPTURE(ip, sizeof *ip);
-    return r;
-}
-
-float modff(float x, float *ip)
-{
-    float r = REAL(modff)(x, ip);
-    CAPTURE(ip, sizeof *ip);
-    return r;
-}
-
-double frexp(double x, int *e)
-{
-    double r = REAL(frexp)(x, e);
-    CAPTURE(e, sizeof *e);
-    return r;
-}
-
-float frexpf(float x, int *e)
-{
-    float r = REAL(frexpf)(x, e);
-    CAPTURE(e, sizeof *e);
-    return r;
-}
+/* ret name(ret x, out_t *out): the result, and a second one through out. */
+#define SECOND_RESULT(ret, name, out_t)                                          \
+    ret name(ret x, out_t *out)                                                  \
+    {                                                                            \
+        ret r = REAL(name)(x, out);                                              \
+        CAPTURE(out, sizeof *out);                                               \
+        return r;                                                                \
+    }
+SECOND_RESULT(double, modf, double)
+SECOND_RESULT(float, modff, float)
+SECOND_RESULT(double, frexp, int)
+SECOND_RESULT(float, frexpf, int)
 
 /* Referenced by mango_init so this file is always linked in. */
 void libc_interpose_outparams_link_anchor(void) {}
