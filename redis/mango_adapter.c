@@ -1206,6 +1206,18 @@ static int copies_argument_bytes(const struct redisCommand *cmd)
            p == functionLoadCommand;
 }
 
+/* APPEND to a key that exists and has no TTL: it appends the argument's
+ * bytes (sdscatlen) and keeps nothing. To a new key it stores the argument
+ * object itself, so that case copies as before; a key with a TTL too (it
+ * may expire between this check and the command's own lookup, which would
+ * then create the key from the argument). Since session 38: a 1 MB APPEND
+ * logged its argument's durable copy besides the appended bytes. */
+static int appends_to_existing_key(const client *c)
+{
+    if (c->cmd->proc != appendCommand || c->argc != 3 || !sdsEncodedObject(c->argv[1])) return 0;
+    return dictFind(c->db->dict, c->argv[1]->ptr) != NULL && getExpire(c->db, c->argv[1]) == -1;
+}
+
 /* Commands that keep only their value arguments: setKey()/dbAdd() store the
  * value object itself but copy the key (sdsdup). 1: argument j is such a
  * value (made durable before the command runs); 0: it may stay transient
@@ -1250,7 +1262,9 @@ static int keep_transient_argv(client *c)
     /* Only a top-level command: inside EXEC or a script, references taken by
      * an inner command (client tracking's pending invalidations, propagation)
      * are released when the outer call() ends, after the inner check. */
-    if (call_depth != 1 || !(copies_argument_bytes(c->cmd) || value_argument(c, 1) >= 0)) return 0;
+    if (call_depth != 1 ||
+        !(copies_argument_bytes(c->cmd) || value_argument(c, 1) >= 0 || appends_to_existing_key(c)))
+        return 0;
     /* Replication is no reason to copy: alsoPropagate()'s references are
      * released by propagatePendingCommands() in afterCommand(), before
      * mangoCallEnd() checks (replicationFeedSlaves copies the bytes). AOF,
