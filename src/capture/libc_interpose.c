@@ -103,11 +103,11 @@ extern int __vsnprintf(char *s, size_t n, const char *fmt, va_list ap);
 extern char *__strerror_r(int err, char *buf, size_t n);
 extern char *__strtok_r(char *s, const char *delim, char **save);
 
-/* ---- dlsym'd real functions ------------------------------------------- */
+/* ---- dlsym'd real functions (REAL() in interpose_capture.h) ------------ */
 
 static __thread bool resolving __attribute__((tls_model("initial-exec")));
 
-static void die(const char *what)
+void interpose_die(const char *what)
 {
     static const char pre[] = "mangosteen: libc_interpose: cannot find the real ";
     ssize_t r;
@@ -118,46 +118,26 @@ static void die(const char *what)
     abort();
 }
 
-/* Look name up in the objects after the executable. NULL if this thread is
- * already inside a lookup (the caller then uses its fallback). */
-static void *resolve(void **slot, const char *name, void *self)
+void *interpose_resolve(void **slot, const char *name, void *self)
 {
     if (resolving)
         return NULL;
     resolving = true;
     void *f = dlsym(RTLD_NEXT, name);
-    if (!f || f == self) {
-        void *h = dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+    static const char *const libs[] = {"libc.so.6", "libm.so.6"};
+    for (unsigned i = 0; i < 2 && (!f || f == self); i++) {
+        void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
         f = h ? dlsym(h, name) : NULL;
         if (h)
             dlclose(h);
-        if (f == self)
-            f = NULL;
     }
+    if (f == self)
+        f = NULL;
     resolving = false;
     if (f)
         __atomic_store_n(slot, f, __ATOMIC_RELEASE);
     return f;
 }
-
-/* REAL(name): the real function, resolving it on first use; NULL only while
- * this thread is inside dlsym (callers with a fallback check for it). */
-#define REAL_SLOT(name) real_##name
-#define DECLARE_REAL(name) static typeof(name) *real_##name
-#define REAL_OR_NULL(name)                                                       \
-    ({                                                                           \
-        typeof(name) *f_ = __atomic_load_n(&real_##name, __ATOMIC_RELAXED);      \
-        if (unlikely(!f_))                                                       \
-            f_ = (typeof(name) *)resolve((void **)&real_##name, #name, (void *)name); \
-        f_;                                                                      \
-    })
-#define REAL(name)                                                               \
-    ({                                                                           \
-        typeof(name) *g_ = REAL_OR_NULL(name);                                   \
-        if (unlikely(!g_))                                                       \
-            die(#name);                                                          \
-        g_;                                                                      \
-    })
 
 /* glibc's fortified entry points (declared by no public header). */
 extern void *__memcpy_chk(void *d, const void *s, size_t n, size_t dl);

@@ -15,10 +15,8 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <dlfcn.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -28,67 +26,36 @@
 
 #include "capture/interpose_capture.h"
 
-/* The real function: the next definition after the executable's (libc's or
- * libm's). None of these is called while the dynamic linker looks one up. */
-static void *lookup(const char *name, void *self)
-{
-    void *f = dlsym(RTLD_NEXT, name);
-    if (f && f != self)
-        return f;
-    static const char *const libs[] = {"libc.so.6", "libm.so.6"};
-    for (unsigned i = 0; i < 2; i++) {
-        void *h = dlopen(libs[i], RTLD_LAZY | RTLD_NOLOAD);
-        f = h ? dlsym(h, name) : NULL;
-        if (h)
-            dlclose(h);
-        if (f && f != self)
-            return f;
-    }
-    static const char msg[] = "mangosteen: libc_interpose_outparams: cannot find a real function\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    abort();
-}
-
 /* glibc's fortified entry points (declared by no public header). */
 extern ssize_t __readlink_chk(const char *path, char *buf, size_t n, size_t buflen);
 extern ssize_t __readlinkat_chk(int dirfd, const char *path, char *buf, size_t n, size_t buflen);
 
-/* One slot per function, filled by the constructor below (so a first call
- * from a signal handler never runs dlsym: accept, getsockname, getpeername,
- * readlink(at) are async-signal-safe), or on first use before it ran. */
-#define SLOT(name) static typeof(name) *real_##name
-#define REAL(name)                                                               \
-    ({                                                                           \
-        typeof(name) *f_ = __atomic_load_n(&real_##name, __ATOMIC_RELAXED);      \
-        if (unlikely(!f_)) {                                                     \
-            f_ = (typeof(name) *)lookup(#name, (void *)name);                    \
-            __atomic_store_n(&real_##name, f_, __ATOMIC_RELAXED);                \
-        }                                                                        \
-        f_;                                                                      \
-    })
-SLOT(accept);
-SLOT(accept4);
-SLOT(getsockname);
-SLOT(getpeername);
-SLOT(readlink);
-SLOT(readlinkat);
-SLOT(__readlink_chk);
-SLOT(__readlinkat_chk);
-SLOT(getrandom);
-SLOT(inet_pton);
-SLOT(inet_aton);
-SLOT(rand_r);
-SLOT(ctime_r);
-SLOT(asctime_r);
-SLOT(strxfrm);
-SLOT(modf);
-SLOT(modff);
-SLOT(frexp);
-SLOT(frexpf);
+/* Resolved up front by the constructor below, so that a first call from a
+ * signal handler never runs dlsym (accept, getsockname, getpeername,
+ * readlink(at) are async-signal-safe). */
+DECLARE_REAL(accept);
+DECLARE_REAL(accept4);
+DECLARE_REAL(getsockname);
+DECLARE_REAL(getpeername);
+DECLARE_REAL(readlink);
+DECLARE_REAL(readlinkat);
+DECLARE_REAL(__readlink_chk);
+DECLARE_REAL(__readlinkat_chk);
+DECLARE_REAL(getrandom);
+DECLARE_REAL(inet_pton);
+DECLARE_REAL(inet_aton);
+DECLARE_REAL(rand_r);
+DECLARE_REAL(ctime_r);
+DECLARE_REAL(asctime_r);
+DECLARE_REAL(strxfrm);
+DECLARE_REAL(modf);
+DECLARE_REAL(modff);
+DECLARE_REAL(frexp);
+DECLARE_REAL(frexpf);
 
 __attribute__((constructor)) static void outparams_init(void)
 {
-#define R(name) (void)REAL(name)
+#define R(name) (void)REAL_OR_NULL(name)
     R(accept); R(accept4); R(getsockname); R(getpeername);
     R(readlink); R(readlinkat); R(__readlink_chk); R(__readlinkat_chk); R(getrandom);
     R(inet_pton); R(inet_aton); R(rand_r); R(ctime_r); R(asctime_r); R(strxfrm);

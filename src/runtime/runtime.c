@@ -210,6 +210,13 @@ static struct {
 } zero_ranges[ZERO_RANGES_MAX];
 static unsigned n_zero;
 
+/* A batch that fails to commit: forget what it captured. */
+static void drop_batch(void)
+{
+    dedup_clear(rt.set);
+    n_zero = 0;
+}
+
 static bool capture_zero(const void *addr, size_t len)
 {
     if (capture_heap_bulk())
@@ -249,8 +256,7 @@ static int commit_big_batch(uint64_t n)
 {
     pool *p = &rt.pool;
     if (n > UINT32_MAX) {
-        dedup_clear(rt.set);
-        n_zero = 0;
+        drop_batch();
         return fail(mango_error(MANGO_EINVAL, "a batch wrote %llu blocks; one batch may hold at most %u",
                                 (unsigned long long)n, UINT32_MAX));
     }
@@ -262,8 +268,7 @@ static int commit_big_batch(uint64_t n)
     if (rc == MANGO_OK)
         rc = big_batch_begin(&rt.big, &p->pd, p->big_batch_path);
     if (rc != MANGO_OK) {
-        dedup_clear(rt.set);
-        n_zero = 0;
+        drop_batch();
         return fail(rc);
     }
     for (unsigned i = 0; i < n_zero; i++)
@@ -376,8 +381,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     if (__builtin_expect(rt.verify, 0))
         capture_verify_end(rt.set);
     if (__builtin_expect(signal_handlers_unreturned() != 0, 0)) {
-        dedup_clear(rt.set);
-        n_zero = 0;
+        drop_batch();
         return fail(mango_error(MANGO_EFAILED, "a signal handler that interrupted this batch did not return "
                                                "(siglongjmp?): stores after it were not captured, so the batch "
                                                "is not committed and no more writes are accepted"));
@@ -407,8 +411,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     }
     rt.overflow_blocks += rt.set->ovf_count + rt.set->spill.count;
     if (rt.pool.pd.failed || atomic_load(&rt.backend.error)) {
-        dedup_clear(rt.set);
-        n_zero = 0;
+        drop_batch();
         /* The sync thread's failed sync marks the pool failed before it
          * publishes why: let it get there, or fail() below would publish this
          * generic message first (fault.io_errors: "No space left on device"
@@ -424,8 +427,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
     log_frame_writer w;
     int rc = redo_log_reserve(&rt.log, (uint32_t)n, &w);
     if (rc != MANGO_OK) {
-        dedup_clear(rt.set);
-        n_zero = 0;
+        drop_batch();
         return fail(rc);
     }
     for (unsigned i = 0; i < n_zero; i++)
