@@ -61,18 +61,21 @@ int main(void)
     sigaction(SIGALRM, &sa, NULL);
     struct itimerval every = {{0, 50}, {0, 50}};
     setitimer(ITIMER_REAL, &every, NULL);
-    uint64_t missed = 0;
-    for (int b = 0; b < 3000; b++)
-        missed += corpus_run(write_buffer);
+    uint64_t missed = 0, most = 0;
+    for (int b = 0; b < 3000; b++) {
+        uint64_t m = corpus_run(write_buffer);
+        missed += m;
+        most = m > most ? m : most;
+    }
     struct itimerval off = {{0, 0}, {0, 0}};
     setitimer(ITIMER_REAL, &off, NULL);
     signal(SIGALRM, SIG_IGN); /* a signal still pending is dropped, not run in the checks below */
     usleep(10000);
-    /* Only the counters' blocks may have been missed, at most all 64 in each
-     * batch a signal came in. */
-    printf("%u signals; %llu blocks changed by the handler during the commands\n", signals_seen,
-           (unsigned long long)missed);
-    bool bounded = missed <= 64ull * 3000;
+    /* Only the handler's blocks may have been missed: at most the 64
+     * counters and signals_seen's block in one batch. */
+    printf("%u signals; %llu blocks changed by the handler during the commands, at most %llu in one\n",
+           signals_seen, (unsigned long long)missed, (unsigned long long)most);
+    bool bounded = most <= 65;
     printf("%s %-40s\n", bounded ? "ok  " : "FAIL", "only handler blocks uncaptured");
     bounded ? corpus_passed++ : corpus_failed++;
     bool signalled = signals_seen > 100;
