@@ -1323,9 +1323,10 @@ static void durable_argv(client *c, int values_only)
  * client's keys, propagation's references) have a higher count and stay.
  * The original vector of a rewritten command is done the same way when its
  * statistics begin (call() frees it there, after the slowlog).
- * Left: what only the end of an outer call() releases (an EXEC's or a
- * script's inner commands while propagation or client tracking hold their
- * arguments), freed at the next batch as before. */
+ * What only the end of an outer call() releases (an EXEC's or a script's
+ * inner commands while propagation or client tracking hold their
+ * arguments) is freed outside any write section, queued, and freed by the
+ * pass's batch when it ends (the runtime drains the queue then too). */
 static void free_durable_arguments(robj ***vector, int argc, int len)
 {
     robj **argv = *vector;

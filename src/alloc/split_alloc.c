@@ -117,7 +117,8 @@ static size_t transient_usable_size(void *p)
 /* ---- deferred frees ------------------------------------------------------
  *
  * A durable object freed by a thread outside a read-write command is queued
- * here and freed by the next batch (split_alloc_drain_deferred). The queue
+ * here and freed by a batch (split_alloc_drain_deferred, when one begins and
+ * before it ends). The queue
  * belongs to one attachment of the heap (defer_epoch against dheap_epoch()):
  * once the heap is detached or attached again the queued pointers are
  * dropped, never freed, so they cannot free objects of the next heap

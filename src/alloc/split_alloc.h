@@ -6,8 +6,8 @@
  * (split_alloc_rw_thread is true) allocations come from the durable heap;
  * everywhere else from glibc (__libc_malloc & co). free/realloc route by
  * address. A durable object freed outside a read-write command is queued and
- * freed by the next combiner (split_alloc_drain_deferred), if the queue is
- * open (split_alloc_deferred_close).
+ * freed by a combiner (split_alloc_drain_deferred, at the start and at the
+ * end of every batch), if the queue is open (split_alloc_deferred_close).
  */
 #ifndef MANGO_SPLIT_ALLOC_H
 #define MANGO_SPLIT_ALLOC_H
@@ -21,7 +21,8 @@ extern __thread bool split_alloc_rw_thread __attribute__((tls_model("initial-exe
 void split_alloc_link_anchor(void);
 
 /* Free the durable objects queued by free() calls made outside read-write
- * commands. Called by the combiner while capturing. */
+ * commands. Called by the combiner while capturing (when a batch begins and
+ * before it ends). */
 void split_alloc_drain_deferred(void);
 /* Are frees queued (for the next combiner)? */
 bool split_alloc_deferred_pending(void);

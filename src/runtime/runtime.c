@@ -376,6 +376,12 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
         last_ticket_here = pipeline_ticket_inline(&rt.pipe);
         return MANGO_OK;
     }
+    /* Frees queued while this batch was open (made while it was paused, or
+     * by another thread) are done by this batch rather than the next: a
+     * crash before the next one leaked them for good (in durable Redis, an
+     * EXEC's argument copies that propagation releases after the EXEC's
+     * last write section, found by a review). Still capturing here. */
+    split_alloc_drain_deferred();
     split_alloc_rw_thread = false;
     capture_end();
     if (__builtin_expect(rt.verify, 0))

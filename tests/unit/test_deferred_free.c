@@ -8,7 +8,13 @@
  *    the next mango_init, recovering the same pool (where the object is
  *    live) or making a new one, frees nothing it did not hand out (the
  *    queued free used to be applied there: a live object handed out twice,
- *    or an abort on a pointer the new heap never gave).
+ *    or an abort on a pointer the new heap never gave);
+ *  - frees queued while a batch is open (made while it is paused, or by
+ *    another thread) are done by that batch: a process that ends right
+ *    after it, with no other batch and no mango_shutdown (a crash), leaves
+ *    a pool that recovers with them freed. They used to wait for the next
+ *    batch, and a crash before it kept the objects for good (durable
+ *    Redis: an EXEC's argument copies released after its last command).
  *
  * Found by a review of the heap (deferred_reinit.c, deferred_shutdown_leak.c).
  */
@@ -16,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "alloc/split_alloc.h"
@@ -25,7 +32,7 @@
 #include "counter_state.h"
 #include "test_config.h"
 
-static char *keep; /* .bss: durable */
+static char *keep, *keep2; /* .bss: durable */
 
 static int start(const char *pool)
 {
@@ -137,6 +144,42 @@ int main(void)
     CHECK(mango_batch_begin() == 0); /* drains it */
     CHECK(mango_batch_end() == 0);
     CHECK(!split_alloc_deferred_pending());
+    CHECK(chunks() == 1);
+    CHECK(mango_shutdown() == 0);
+
+    /* 4. Frees queued while the batch is open are done by it. The child
+     * ends without mango_shutdown right after the batch (a crash). */
+    unlink(b);
+    pid_t pid = fork();
+    if (pid == 0) {
+        CHECK(start(b) == MANGO_FRESH);
+        make_keep(700, 'P');
+        keep2 = keep;
+        mango_capture(&keep2, sizeof keep2);
+        make_keep(900, 'Q');
+        CHECK(chunks() == 3);
+        char *p = keep, *q = keep2;
+        CHECK(mango_batch_begin() == 0);
+        keep = keep2 = NULL;
+        mango_capture(&keep, sizeof keep);
+        mango_capture(&keep2, sizeof keep2);
+        CHECK(mango_batch_pause() == 0);
+        free(p); /* paused: queued */
+        CHECK(mango_batch_resume() == 0);
+        CHECK(pthread_create(&t, NULL, free_elsewhere, q) == 0); /* queued */
+        CHECK(pthread_join(t, NULL) == 0);
+        CHECK(split_alloc_deferred_pending());
+        CHECK(mango_batch_end() == 0); /* does both frees */
+        CHECK(!split_alloc_deferred_pending());
+        CHECK(chunks() == 1);
+        fflush(stdout);
+        _exit(check_failed ? 1 : 0); /* no shutdown, no other batch */
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(start(b) == MANGO_RECOVERED);
+    CHECK(keep == NULL && keep2 == NULL);
     CHECK(chunks() == 1);
     CHECK(mango_shutdown() == 0);
 
