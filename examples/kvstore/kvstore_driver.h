@@ -35,6 +35,24 @@ typedef struct opts {
 
 extern opts O;
 
+/* The hash-map crash test's record of what was acknowledged (hashmap
+ * --ack FILE; kv_hashmap_ack.c): per key, the value length the last
+ * acknowledged PUT or DEL left, and the command in flight. */
+typedef struct hm_ack hm_ack;
+/* Open (creating, every key absent) the record for `keys` keys; exits 2 if
+ * the file was made for another number of keys. */
+hm_ack *hm_ack_open(const char *path, uint32_t keys);
+/* Compare the recovered lengths (0: absent) with the record: the number of
+ * keys that lost an acknowledged command (the first few are printed). The
+ * recovered lengths then become the record. */
+uint64_t hm_ack_check(hm_ack *a, const uint32_t *recovered);
+/* PUTs and DELs acknowledged so far, over all runs on the file. */
+uint64_t hm_ack_total(const hm_ack *a);
+/* Around one PUT (len: its value's length) or DEL (len 0) of key; applied:
+ * the command changed the map (a PUT that found no memory did not). */
+void hm_ack_begin(hm_ack *a, uint32_t key, uint32_t len);
+void hm_ack_end(hm_ack *a, uint32_t key, uint32_t len, bool applied);
+
 /* The crash tests' record of what was acknowledged: a small shared file that
  * survives the worker's SIGKILL. */
 #define ACK_MAGIC 0x4b43414f474e414dull /* "MANGOACK" */

@@ -5,12 +5,18 @@ Each round runs `kvstore hashmap` (random PUT/DEL/GET on a resizable chained
 hash map with variable-size values, all on the durable heap), kills it with
 SIGKILL at a random moment, then reopens the pool: recovery must restore a map
 whose every node hashes to its bucket, whose count matches its chains, and
-whose every value is intact (`kvstore hashmap --ops 0` checks all three).
-One round in four also kills the recovery itself before checking again.
+whose every value is intact (`kvstore hashmap --ops 0` checks all three),
+and in which every acknowledged PUT and DEL is found: both runs keep
+`--ack FILE`, where the workload records each key's acknowledged length and
+the command in flight (before session 39 only the map's consistency was
+checked, and a runtime that never synced its commits passed). One round in
+four also kills the recovery itself before checking again. Fails if no
+command was acknowledged at all.
 """
 import argparse
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -28,9 +34,12 @@ def main():
     a = ap.parse_args()
     rnd = random.Random(a.seed)
     print(f"seed={a.seed}", flush=True)
-    if os.path.exists(a.pool):
-        os.unlink(a.pool)
-    base = [a.kvstore, "hashmap", "--pool", a.pool, "--mode", a.mode, "--values", str(a.keys)]
+    ack = a.pool + ".ack"
+    for path in (a.pool, ack):
+        if os.path.exists(path):
+            os.unlink(path)
+    base = [a.kvstore, "hashmap", "--pool", a.pool, "--mode", a.mode, "--values", str(a.keys), "--ack", ack]
+    acked = 0
     failures = 0
     initialised = False
     for r in range(a.rounds):
@@ -50,7 +59,10 @@ def main():
             q.send_signal(signal.SIGKILL)
             q.wait()
         v = subprocess.run(base + ["--ops", "0"], capture_output=True, text=True)
-        line = v.stdout.strip().splitlines()[0] if v.stdout.strip() else ""
+        lines = v.stdout.strip().splitlines()
+        line = lines[0] if lines else ""
+        m = re.search(r"acknowledged (\d+) PUT/DEL", v.stdout)
+        acked = max(acked, int(m.group(1))) if m else acked
         # The pool may still be FRESH only if no process ever finished
         # mango_init on it (killed during start-up: nothing was acknowledged).
         initialised = initialised or "hashmap:" in out
@@ -61,9 +73,13 @@ def main():
         if not ok:
             print(v.stdout, v.stderr)
             failures += 1
-    print(f"rounds={a.rounds} failed={failures}")
-    if os.path.exists(a.pool):
-        os.unlink(a.pool)
+    if acked == 0:
+        print("no PUT or DEL was ever acknowledged: nothing was checked")
+        failures += 1
+    print(f"rounds={a.rounds} acked={acked} failed={failures}")
+    for path in (a.pool, ack):
+        if os.path.exists(path):
+            os.unlink(path)
     return 1 if failures else 0
 
 
