@@ -536,8 +536,10 @@ static bool span_fits(uint64_t at, uint64_t len, uint64_t size)
 bool pool_slot_valid(const pool_head_slot *s)
 {
     /* An unaligned head_lsn (no build writes one) would make the log scan
-     * read a frame header across the ring's end, past the mapping. */
-    return s->crc == slot_crc(s) && s->head_lsn % 64 == 0;
+     * read a frame header across the ring's end, past the mapping; one
+     * beyond POOL_MAX_LSN would make the tail wrap (pool_format.h). */
+    return s->crc == slot_crc(s) && s->head_lsn % 64 == 0 && s->head_lsn <= POOL_MAX_LSN &&
+           s->next_seq <= POOL_MAX_LSN;
 }
 
 static int validate(pool *p, const char *path, size_t file_size)
@@ -626,7 +628,8 @@ static int validate(pool *p, const char *path, size_t file_size)
     if (!ok0 && !ok1)
         return mango_error(MANGO_EBADPOOL, "%s: both log head slots are corrupt%s", path,
                            s[0].crc == slot_crc(&s[0]) || s[1].crc == slot_crc(&s[1])
-                               ? " (a head_lsn that is not a multiple of 64)" : "");
+                               ? " (a head_lsn that is not a multiple of 64, or a head_lsn or next_seq "
+                                 "beyond 2^62, which no build writes)" : "");
     unsigned newest = (ok0 && (!ok1 || s[0].advance > s[1].advance)) ? 0 : 1;
     p->head = s[newest];
     p->head_slot = newest;

@@ -27,6 +27,12 @@
  * for the first chunk (what dheap_attach accepts), in whole pages. Heap
  * regions are whole pages; pool_create makes them 16 pages or more. */
 #define POOL_MIN_HEAP_SIZE 8192u
+/* No head slot names a log position or a sequence number beyond this (2^62:
+ * centuries of writing at any speed). A slot that does is not valid: a
+ * position near 2^64 made the log's tail wrap, and the backend then never
+ * applied a frame while the frontend overwrote the ring (found by a review,
+ * session 39). */
+#define POOL_MAX_LSN (1ull << 62)
 
 typedef struct pool_header {
     char magic[8];

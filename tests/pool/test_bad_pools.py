@@ -714,6 +714,44 @@ def test_unaligned_head_lsn(workdir, which):
     assert c.returncode == 0 and c.stderr == "", c.stderr
 
 
+def set_slot_field(path, i, field_offset, value):
+    """Give head slot i another u64 at field_offset, its checksum recomputed."""
+    off = HEAD_OFFSET + i * SLOT_SIZE
+    write_at(path, off + field_offset, struct.pack("<Q", value))
+    write_at(path, off + 36, struct.pack("<I", crc32c(read_at(path, off, 36))))
+
+
+@pytest.mark.parametrize("field", ["head_lsn", "next_seq"])
+@pytest.mark.parametrize("which", ["newest", "both"])
+def test_head_slot_position_near_2_64(workdir, field, which):
+    """A head slot (checksum fixed) whose head_lsn (aligned) or next_seq is
+    near 2^64: it was accepted ("ok ... clean shutdown"), the log's tail
+    then wrapped past 2^64, the frontend stopped waiting for log space, the
+    backend applied nothing while rewriting its head, and after a kill every
+    acknowledged write was gone (found by a review, session 39). A slot
+    naming a position or sequence beyond 2^62 now counts as corrupt: with
+    the other slot sound, check warns and the open uses the other one; with
+    both, the pool is refused, unchanged."""
+    p = make_pool(workdir)
+    info = inspect_json(p)
+    newest = [s["index"] for s in info["head_slots"] if s["newest"]][0]
+    field_offset = {"head_lsn": 8, "next_seq": 16}[field]
+    for i in ([newest] if which == "newest" else [0, 1]):
+        set_slot_field(p, i, field_offset, 2**64 - 4096)
+    if which == "both":
+        assert_refused(p, "both log head slots are corrupt", "beyond 2^62")
+        return
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 0, (c.returncode, c.stderr)
+    assert "slot %d is corrupt" % newest in c.stderr
+    assert sha256(p) == before
+    k = reopen(p)
+    assert k.returncode == 0 and "RECOVERED" in k.stdout, (k.returncode, k.stdout, k.stderr)
+    c = check(p)
+    assert c.returncode == 0 and c.stderr == "", c.stderr
+
+
 # ---- log frames ----
 def test_corrupt_frame_followed_by_committed_frame(workdir):
     """A flipped bit in the first pending frame's payload, with committed
