@@ -141,7 +141,7 @@ static int backend_round(backend *b, uint64_t committed)
 {
     pool *p = b->pool;
     apply_ctx c = {.p = p};
-    big_batch_scan big = {.path = p->big_batch_path, .visit = apply_visitor, .arg = &c};
+    big_batch_scan big = {.path = p->big_batch_path, .writer = b->big, .visit = apply_visitor, .arg = &c};
     log_scan_result res;
     int rc = redo_log_scan(b->log->ring, b->log->cap, b->applied_lsn, b->applied_seq,
                            b->log->generation, committed, big_batch_visit, &big, &res);
@@ -366,7 +366,7 @@ static void backend_kick(void *arg)
     pthread_mutex_unlock(&b->mu);
 }
 
-int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority prio)
+int backend_start(backend *b, pool *p, redo_log *log, const big_batch_writer *big, mango_backend_priority prio)
 {
     memset(b, 0, sizeof *b);
     if (prio != MANGO_BACKEND_PRIORITY_NORMAL) {
@@ -379,6 +379,7 @@ int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority pri
     }
     b->pool = p;
     b->log = log;
+    b->big = big;
     b->applied_lsn = atomic_load(&log->committed_lsn);
     b->applied_seq = log->next_seq;
     bool fs = p->pd.mode == PERSIST_FS;

@@ -27,6 +27,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 
+#include "log/big_batch.h"
 #include "log/redo_log.h"
 #include "mango.h"
 #include "pool/pool.h"
@@ -36,6 +37,7 @@ enum { BACKEND_AWAKE = 0, BACKEND_TIMED = 1, BACKEND_IDLE = 2 };
 typedef struct backend {
     pool *pool;
     redo_log *log;
+    const big_batch_writer *big; /* the frontend's: big batches are read through its descriptor */
     pthread_t thread;
     bool started;
     pthread_mutex_t mu;
@@ -72,7 +74,7 @@ int backend_apply_frame(pool *p, const log_frame *f, const log_entry *e, persist
 
 /* prio (mango.h): AUTO lowers the thread where a boost is permitted; IDLE
  * fails where it is not; NORMAL never lowers it. */
-int backend_start(backend *b, pool *p, redo_log *log, mango_backend_priority prio);
+int backend_start(backend *b, pool *p, redo_log *log, const big_batch_writer *big, mango_backend_priority prio);
 /* Frontend: a commit was published. Cheap unless the backend sleeps. */
 void backend_notify(backend *b);
 /* Stop; with drain, apply everything committed first and mark the head clean

@@ -247,7 +247,10 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
         return mango_error(MANGO_EBADPOOL, "log frame seq %llu holds a malformed big-batch reference",
                            (unsigned long long)f->seq);
     char why[160];
-    int fd = open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* (a FIFO must not hang the open) */
+    /* The frontend's descriptor (the backend) or the file by name. */
+    bool own = !(s->writer && s->writer->fd >= 0);
+    int fd = own ? open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) /* (a FIFO must not hang the open) */
+                 : s->writer->fd;
     if (fd < 0) {
         snprintf(why, sizeof why, errno == ENOENT ? "is missing" : "cannot be opened (%s)",
                  strerror(errno));
@@ -255,21 +258,18 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     }
     struct stat st;
     big_batch_header h;
-    if (fstat(fd, &st) == 0 && !S_ISREG(st.st_mode)) {
-        close(fd);
-        return refuse(s, f, "is not a regular file");
-    }
-    if (fstat(fd, &st) != 0 || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
-        close(fd);
-        return refuse(s, f, "is too short to hold a header");
-    }
-    uint64_t want = sizeof h + r.n_entries * sizeof(log_entry);
+    uint64_t want = 0;
     const char *bad = NULL;
-    if (memcmp(h.magic, BIG_BATCH_MAGIC, sizeof h.magic) != 0 || h.header_crc != header_crc(&h))
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+        bad = "is not a regular file";
+    else if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+        bad = "is too short to hold a header";
+    else if (memcmp(h.magic, BIG_BATCH_MAGIC, sizeof h.magic) != 0 || h.header_crc != header_crc(&h))
         bad = "has a damaged header";
     else if (h.version != BIG_BATCH_VERSION || h.header_size != sizeof h)
         bad = "has a format version this build does not read";
-    else if (h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
+    else if (want = sizeof h + r.n_entries * sizeof(log_entry),
+             h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
              h.n_entries != r.n_entries || h.payload_crc != r.payload_crc ||
              h.header_crc != r.header_crc || r.file_bytes != want || r.n_entries > UINT32_MAX) {
         snprintf(why, sizeof why, "holds another batch (seq %llu, generation %llu)",
@@ -278,16 +278,15 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     } else if ((uint64_t)st.st_size < want) {
         bad = "is shorter than its entries (truncated)";
     }
-    if (bad) {
-        close(fd);
-        return refuse(s, f, bad);
-    }
-    void *map = mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (map == MAP_FAILED) {
+    void *map = bad ? MAP_FAILED : mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
+    if (!bad && map == MAP_FAILED) {
         snprintf(why, sizeof why, "cannot be mapped (%s)", strerror(errno));
-        return refuse(s, f, why);
+        bad = why;
     }
+    if (own)
+        close(fd);
+    if (bad)
+        return refuse(s, f, bad);
     const log_entry *entries = (const log_entry *)((const char *)map + sizeof h);
     int rc = MANGO_OK;
     if (s->verify && crc32c(0, entries, r.n_entries * sizeof(log_entry)) != r.payload_crc)

@@ -112,9 +112,16 @@ void big_batch_writer_close(big_batch_writer *w);
  * other frames unchanged. verify: check the payload checksum and the whole
  * file (recovery, `mango check`); the backend reads what its own process
  * wrote and skips the payload checksum. A named file that is missing or does
- * not match fails the scan with MANGO_EBADPOOL. */
+ * not match fails the scan with MANGO_EBADPOOL.
+ * writer: the backend's scan reads through the frontend's own descriptor
+ * instead of opening path: a file whose name was removed after its batch was
+ * acknowledged (a temp-file cleaner) is still applied. (Opened by name, it
+ * failed the backend and the runtime; found by a review, session 39.) The
+ * frontend neither closes nor rewrites the file while the backend may still
+ * read a batch from it (it waits for the log's reusable_lsn first). */
 typedef struct big_batch_scan {
     const char *path;
+    const big_batch_writer *writer;
     bool verify;
     log_frame_visitor visit;
     void *arg;

@@ -801,7 +801,7 @@ static int open_durable(const mango_config *cfg, int *status)
     rc = backend_priority_of(cfg, &prio);
     if (rc)
         goto fail_heap;
-    rc = backend_start(&rt.backend, p, &rt.log, prio);
+    rc = backend_start(&rt.backend, p, &rt.log, &rt.big, prio);
     if (rc)
         goto fail_heap;
     rc = pipeline_start(&rt.pipe, &rt.log, p->pd.mode == PERSIST_FS || p->pd.mode == PERSIST_SIM,

@@ -11,6 +11,11 @@
  *     its file missing, damaged, or replaced by an earlier big batch's,
  *     recovery refuses with MANGO_EBADPOOL and leaves the pool byte for byte
  *     unchanged; with the file put back it recovers the batch;
+ *   - a big batch whose file's name is removed after it was acknowledged (a
+ *     temp-file cleaner) is still applied, through the runtime's own
+ *     descriptor: a clean shutdown and a crash once it is applied both
+ *     leave a pool that recovers it (the backend opened the file by name,
+ *     failed, and the pool was refused for good: found by a review);
  *   - a relative pool path: the file stays beside the pool when the process
  *     changes directory, and recovery finds it;
  *   - a big batch whose file cannot be written (the path is a directory) is
@@ -241,6 +246,77 @@ static void emulated_checks(const char *pool, const char *big_path)
     }
     mango_shutdown();
     unlink(pool);
+}
+
+/* Batches 1-3 (3 is big), the big-batch file's name removed once 3 is
+ * acknowledged, then batches 4 and 5. */
+static bool run_then_unlink(const char *pool, const char *big_path)
+{
+    unlink(pool);
+    unlink(big_path);
+    if (start(pool, MANGO_PERSIST_EMULATED) != MANGO_FRESH)
+        return false;
+    for (uint64_t k = 1; k <= 5; k++) {
+        if (mango_batch_begin() != MANGO_OK)
+            return false;
+        batch_body(k);
+        if (mango_batch_end() != MANGO_OK)
+            return false;
+        if (k == 3 && unlink(big_path) != 0)
+            return false;
+    }
+    return true;
+}
+
+static void unlinked_file_checks(const char *pool, const char *big_path)
+{
+    /* A clean shutdown applies batch 3 from the unnamed file. */
+    CHECK(run_then_unlink(pool, big_path));
+    int rc = mango_shutdown();
+    if (rc != MANGO_OK)
+        printf("shutdown after the big-batch file's name was removed: %s\n", mango_last_error());
+    CHECK(rc == MANGO_OK);
+    rc = start(pool, MANGO_PERSIST_EMULATED);
+    CHECK(rc == MANGO_RECOVERED);
+    if (rc == MANGO_RECOVERED) {
+        CHECK(state_problem() == NULL && st->counter == 5);
+        /* The next big batch makes the file anew. */
+        CHECK(mango_batch_begin() == MANGO_OK);
+        batch_body(6);
+        CHECK(mango_batch_end() == MANGO_OK);
+        CHECK(file_exists(big_path));
+        CHECK(mango_shutdown() == MANGO_OK);
+    }
+    /* A crash once the backend has applied everything: recovery does not
+     * need the file. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!run_then_unlink(pool, big_path))
+            _exit(3);
+        mango_stats s;
+        for (int i = 0; i < 2000; i++) {
+            mango_get_stats(&s);
+            if (s.log_unapplied_bytes == 0)
+                _exit(0); /* no shutdown: a crash */
+            usleep(1000);
+        }
+        _exit(4); /* never applied */
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        printf("the child (a crash after the big batch was applied) ended with status %d\n", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    rc = start(pool, MANGO_PERSIST_EMULATED);
+    if (rc < 0)
+        printf("recovery after the crash: %s\n", mango_last_error());
+    CHECK(rc == MANGO_RECOVERED);
+    if (rc == MANGO_RECOVERED) {
+        CHECK(state_problem() == NULL && st->counter == 5);
+        mango_shutdown();
+    }
+    unlink(pool);
+    unlink(big_path);
 }
 
 /* ---- part 2: fs, pipelined ---- */
@@ -559,6 +635,7 @@ int main(int argc, char **argv)
     snprintf(big, sizeof big, "%s.bigbatch", pool);
     emulated_checks(pool, big);
     bad_file_checks(pool, big);
+    unlinked_file_checks(pool, big);
     unwritable_checks(pool, big);
     relative_path_checks();
     kill_loop(pool, big, argc >= 3 && strcmp(argv[1], "kill") == 0 ? atoi(argv[2]) : 12);
