@@ -16,7 +16,8 @@ a worker holds responses while their commands become durable, so it need not
 be one per client (fs-inline is the exception: there a worker waits for each
 write's sync under the lock, as every worker did before 2026-11-25).
 
-Outputs in --out DIR: results.csv (one row per run) and results.md (medians
+Outputs in --out DIR: results.csv (one row per run: add_bench's ops/s and
+p50/p99/p999/max latency in µs, measured however long) and results.md (medians
 over --repeat, and each mode's ratio to none, fs / fs-inline and
 fs / fs-unkeyed).
 Exit status: 0; 1 if a run failed; 2 usage error.
@@ -163,7 +164,7 @@ def main():
                 rows.append(r)
                 print("%s ops/s p99 %s us" % (fmt(float(r["ops_per_sec"])), r["p99_us"]))
     fields = ["rep", "mode", "clients", "server_threads", "update_pct", "seconds", "ops", "ops_per_sec",
-              "p50_us", "p99_us", "p999_us"]
+              "p50_us", "p99_us", "p999_us", "max_us"]
     with open(os.path.join(a.out, "results.csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         w.writeheader()

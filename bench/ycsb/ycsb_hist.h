@@ -4,7 +4,8 @@
  * two is split into 2^SUB_BITS linear buckets, so a bucket's width is under
  * 1/128 of its values (< 0.8 % relative error). Values up to 2^43 ns (~2.4 h)
  * are kept; larger ones land in the last bucket. Count, sum, min and max are
- * exact. */
+ * exact. Also used by examples/rpc_add/add_bench.c (so it stays free of
+ * anything YCSB- or Redis-specific). */
 #ifndef YCSB_HIST_H
 #define YCSB_HIST_H
 
