@@ -7,6 +7,9 @@
  * p99_us, p999_us, max_us (latency from send to full response). Latencies go
  * in bench/ycsb's log-bucket histogram (ycsb_hist.h: under 0.8 % error, no
  * ceiling short of hours), so a slow run's percentiles are its own, not a cap.
+ * A run in which no request completed prints no line: it says so and exits 1
+ * (an empty histogram has no percentiles). Numeric options are checked whole
+ * (digits only, in range; --seconds finite): a bad one exits 2 naming it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -169,7 +172,38 @@ static void usage(FILE *f)
 "on a random counter of 4096. Runs S seconds (default 5; 8 clients by default)\n"
 "and prints: clients= update_pct= seconds= ops= ops_per_sec= p50_us= p99_us= p999_us=\n"
 "max_us= (latencies to within 1 %%, however long).\n"
-"Exit status: 0; 1 if a connection failed; 2 for bad options.\n");
+"Ranges: --clients 1-1024, --seconds 0.001-1000000, --update-pct 0-100, --port 1-65535.\n"
+"Exit status: 0; 1 if a connection failed or no request completed (no line is\n"
+"printed then); 2 for bad options.\n");
+}
+
+/* A whole number in lo..hi, decimal digits only; else exits 2 naming what. */
+static unsigned long parse_uint(const char *s, const char *what, unsigned long lo, unsigned long hi)
+{
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi) {
+        fprintf(stderr, "add_bench: %s must be a whole number in %lu..%lu, not '%s'\n", what, lo, hi, s);
+        fprintf(stderr, "Try 'add_bench --help'.\n");
+        exit(2);
+    }
+    return v;
+}
+
+/* --seconds: a finite decimal number in 0.001..1e6 (strtod takes inf and nan,
+ * which nanosleep cannot). Else exits 2. */
+static double parse_seconds(const char *s)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end || errno || !(v >= 0.001 && v <= 1e6)) {
+        fprintf(stderr, "add_bench: --seconds must be a number in [0.001, 1000000], not '%s'\n", s);
+        fprintf(stderr, "Try 'add_bench --help'.\n");
+        exit(2);
+    }
+    return v;
 }
 
 int main(int argc, char **argv)
@@ -183,15 +217,14 @@ int main(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int o;
-    char *end;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
         case 'H': O.host = optarg; break;
         case 'U': O.unix_path = optarg; break;
-        case 'p': O.port = (int)strtol(optarg, &end, 10); if (*end || O.port <= 0 || O.port > 65535) goto bad; break;
-        case 'c': O.clients = (unsigned)strtoul(optarg, &end, 10); if (*end || !O.clients || O.clients > 1024) goto bad; break;
-        case 's': O.seconds = strtod(optarg, &end); if (*end || O.seconds <= 0) goto bad; break;
-        case 'u': O.update_pct = (unsigned)strtoul(optarg, &end, 10); if (*end || O.update_pct > 100) goto bad; break;
+        case 'p': O.port = (int)parse_uint(optarg, "--port", 1, 65535); break;
+        case 'c': O.clients = (unsigned)parse_uint(optarg, "--clients", 1, 1024); break;
+        case 's': O.seconds = parse_seconds(optarg); break;
+        case 'u': O.update_pct = (unsigned)parse_uint(optarg, "--update-pct", 0, 100); break;
         case 'h': usage(stdout); return 0;
         default: goto bad;
         }
@@ -222,6 +255,10 @@ int main(int argc, char **argv)
     double el = (double)(now_ns() - t0) / 1e9;
     if (err) {
         fprintf(stderr, "add_bench: a client failed: %s\n", strerror(err));
+        return 1;
+    }
+    if (ops == 0) {
+        fprintf(stderr, "add_bench: no request completed in %.3f s (%u clients): no results\n", el, O.clients);
         return 1;
     }
     printf("clients=%u update_pct=%u seconds=%.2f ops=%" PRIu64 " ops_per_sec=%.0f p50_us=%.0f p99_us=%.0f"

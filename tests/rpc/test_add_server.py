@@ -675,6 +675,54 @@ def test_add_bench_measures_latencies_over_100_ms(pool):
         assert 150000 <= float(r[k]) < 2000000, (k, p.stdout)
 
 
+def test_add_bench_bad_options():
+    """Numeric options are checked whole and exit 2 naming the option: --seconds
+    took inf (a run of no time that printed ops=0 and made-up percentiles,
+    exit 0), nan and 1e-300; --clients took -4294967295 as 1 (found by a
+    review). Nothing listens on port 1: a value let through fails to connect
+    (exit 1) instead."""
+    for opt, val in (("--seconds", "inf"), ("--seconds", "nan"), ("--seconds", "1e-300"), ("--seconds", "0"),
+                     ("--seconds", "-1"), ("--clients", "0"), ("--clients", "-4294967295"), ("--clients", "2x"),
+                     ("--update-pct", "101"), ("--update-pct", "-0")):
+        p = subprocess.run([BENCH, "--port", "1", opt, val], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2, (opt, val, p.returncode, p.stdout, p.stderr)
+        assert opt in p.stderr and repr(val) in p.stderr, (opt, val, p.stderr)
+    p = subprocess.run([BENCH, "--port", ""], capture_output=True, text=True, timeout=30)
+    assert p.returncode == 2 and "--port" in p.stderr, (p.returncode, p.stderr)
+
+
+def test_add_bench_refuses_an_empty_run(tmp_path):
+    """A run in which no request completed exits 1 and prints no results (it
+    printed ops=0 with p50_us=100000 and exit 0). The run is made empty for
+    sure: add_bench's one client connects to a Unix socket whose backlog is
+    full, so its connect blocks until the test accepts, after --seconds."""
+    path = str(tmp_path / "sock")
+    lsn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lsn.settimeout(10)
+    lsn.bind(path)
+    lsn.listen(0)
+    queued = []
+    while True:  # fill the backlog (one connection for listen(0) on Linux)
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+        except BlockingIOError:
+            s.close()
+            break
+        queued.append(s)
+    p = subprocess.Popen([BENCH, "--unix", path, "--clients", "1", "--seconds", "0.1"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert p.poll() is None, "add_bench's connect did not block"
+    accepted = [lsn.accept()[0] for _ in range(len(queued) + 1)]  # the last one is add_bench's
+    out, err = p.communicate(timeout=30)
+    for s in queued + accepted + [lsn]:
+        s.close()
+    assert p.returncode == 1, (p.returncode, out, err)
+    assert "no request completed" in err and "_us=" not in out, (out, err)
+
+
 def test_ipv6_and_a_bad_host(pool):
     """--host ::1 listens on IPv6 loopback (a client connects there); a host
     that does not resolve is refused with a message naming it."""
