@@ -15,6 +15,10 @@
  * ADD whose result would not fit in a signed 64-bit counter, and a sum that
  * would not fit gets 'E' too: the arithmetic is checked, never undefined
  * (any client can send INT64_MAX).
+ *
+ * Numeric options are checked whole, as kvstore's are: decimal digits only
+ * (no sign, no blank), a size's K/M/G suffix checked for overflow, each in its
+ * range; a bad one exits 2 naming the option and the value.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -175,14 +179,16 @@ static void usage(FILE *f)
 "Options:\n"
 "  --pool PATH        pool file (default $MANGO_POOL, else /dev/shm/mango-add_server.pool)\n"
 "  --mode MODE        auto|emulated|fs|pmem|sim|none (default auto)\n"
-"  --pool-size BYTES  size of a new pool (default 128M; suffixes K M G)\n"
-"  --log-size BYTES   redo log of a new pool (default 16M)\n"
+"  --pool-size BYTES  size of a new pool, 1M to 2^50 (default 128M; suffixes K M G)\n"
+"  --log-size BYTES   redo log of a new pool, 64K to 2^50 (default 16M; K M G). The\n"
+"                     pool refuses a log that does not fit in it or is not a\n"
+"                     multiple of 4K (exit 1)\n"
 "  --host ADDR        address to listen on: IPv4, IPv6 (::1) or a name (default 127.0.0.1)\n"
-"  --port N           TCP port (default 0: any free port, printed at start)\n"
+"  --port N           TCP port 0-65535 (default 0: any free port, printed at start)\n"
 "  --unix PATH        listen on a Unix-domain socket at PATH instead of TCP (a\n"
 "                     socket left by a server that is gone is replaced; a live\n"
 "                     server's socket, or anything else, is refused)\n"
-"  --threads N        worker threads (default 8). A worker holds its responses\n"
+"  --threads N        worker threads, 1-256 (default 8). A worker holds its responses\n"
 "                     while their commands become durable and serves its other\n"
 "                     connections meanwhile (fs, sim modes), so one per CPU is\n"
 "                     enough for many clients\n"
@@ -201,26 +207,36 @@ static void usage(FILE *f)
 "On start it prints one line: 'add_server: listening on ADDR:PORT status=FRESH|RECOVERED'\n"
 "(with --unix: 'listening on unix:PATH').\n"
 "Exit status: 0 after a clean stop; 1 if the pool or the listener cannot be set\n"
-"up; 2 for bad options.\n");
+"up, or the final drain or shutdown fails; 2 for bad options (a number is whole\n"
+"decimal digits in its range).\n");
 }
 
-static int parse_size(const char *s, size_t *out)
+/* A whole number in lo..hi: decimal digits only, then (if suffixes) one of
+ * K M G, checked for overflow. Else exits 2 naming the option. */
+static uint64_t parse_num(const char *s, const char *what, uint64_t lo, uint64_t hi, bool suffixes)
 {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s)
-        return -1;
-    switch (*end) {
-    case 'K': case 'k': v <<= 10; end++; break;
-    case 'M': case 'm': v <<= 20; end++; break;
-    case 'G': case 'g': v <<= 30; end++; break;
-    default: break;
+    bool ok = !errno && end != s && *s >= '0' && *s <= '9';
+    unsigned shift = 0;
+    if (ok && suffixes)
+        switch (*end) {
+        case 'K': case 'k': shift = 10; end++; break;
+        case 'M': case 'm': shift = 20; end++; break;
+        case 'G': case 'g': shift = 30; end++; break;
+        default: break;
+        }
+    if (ok && shift && v > (UINT64_MAX >> shift))
+        ok = false;
+    v <<= shift;
+    if (!ok || *end || v < lo || v > hi) {
+        fprintf(stderr, "add_server: %s must be a whole number in %" PRIu64 "..%" PRIu64 "%s, not '%s'\n", what,
+                lo, hi, suffixes ? " (suffixes K M G)" : "", s);
+        fprintf(stderr, "Try 'add_server --help'.\n");
+        exit(2);
     }
-    if (*end)
-        return -1;
-    *out = (size_t)v;
-    return 0;
+    return v;
 }
 
 static int parse_mode(const char *s, mango_persist_mode *m)
@@ -252,8 +268,6 @@ int main(int argc, char **argv)
     bool keyed_reads = true;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        char *end;
-        long v;
         switch (o) {
         case 'p': cfg.pool_path = optarg; break;
         case 'm':
@@ -262,36 +276,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 's':
-            if (parse_size(optarg, &cfg.pool_size) != 0) {
-                fprintf(stderr, "add_server: --pool-size %s: not a size (e.g. 64M)\n", optarg);
-                return 2;
-            }
-            break;
-        case 'l':
-            if (parse_size(optarg, &cfg.log_size) != 0) {
-                fprintf(stderr, "add_server: --log-size %s: not a size (e.g. 16M)\n", optarg);
-                return 2;
-            }
-            break;
+        case 's': cfg.pool_size = (size_t)parse_num(optarg, "--pool-size", 1u << 20, (uint64_t)1 << 50, true); break;
+        case 'l': cfg.log_size = (size_t)parse_num(optarg, "--log-size", 64u << 10, (uint64_t)1 << 50, true); break;
         case 'H': rc.host = optarg; break;
         case 'U': rc.unix_path = optarg; break;
-        case 'P':
-            v = strtol(optarg, &end, 10);
-            if (*end || v < 0 || v > 65535) {
-                fprintf(stderr, "add_server: --port %s: not a port number\n", optarg);
-                return 2;
-            }
-            rc.port = (uint16_t)v;
-            break;
-        case 't':
-            v = strtol(optarg, &end, 10);
-            if (*end || v < 1 || v > 256) {
-                fprintf(stderr, "add_server: --threads %s: not in 1..256\n", optarg);
-                return 2;
-            }
-            rc.threads = (unsigned)v;
-            break;
+        case 'P': rc.port = (uint16_t)parse_num(optarg, "--port", 0, 65535, false); break;
+        case 't': rc.threads = (unsigned)parse_num(optarg, "--threads", 1, 256, false); break;
         case 'u': keyed_reads = false; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -647,11 +647,23 @@ def test_an_incomplete_frame_is_closed_after_the_frame_timeout(pool):
     assert "frame_timeouts=2" in out, out
 
 
-def test_bad_options():
+def test_bad_options(pool):
     for args in (["--mode", "tape"], ["--port", "70000"], ["--threads", "0"], ["--pool-size", "big"], ["extra"]):
         p = subprocess.run([BINARY] + args, capture_output=True, text=True)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         assert "add_server:" in p.stderr or "usage" in p.stderr
+    # Numbers are checked whole (found by a review): 17179869184G wrapped to 0
+    # and 0 gave a 1 GiB pool (the runtime's default for 0), and the server ran;
+    # -1 failed later with exit 1; an empty --port was port 0.
+    for opt, val in (("--pool-size", "17179869184G"), ("--pool-size", "0"), ("--pool-size", "-1"),
+                     ("--pool-size", "1023K"), ("--pool-size", " 64M"), ("--log-size", "0"), ("--log-size", "-64K"),
+                     ("--log-size", "99999999999999G"), ("--port", ""), ("--port", "-0"), ("--port", "+80"),
+                     ("--threads", "4294967297"), ("--threads", " 2")):
+        p = subprocess.run([BINARY, "--pool", pool, "--mode", "sim", opt, val], capture_output=True, text=True,
+                           timeout=10)
+        assert p.returncode == 2, (opt, val, p.returncode, p.stdout, p.stderr)
+        assert opt in p.stderr and repr(val) in p.stderr, (opt, val, p.stderr)
+        assert not os.path.exists(pool), (opt, val)
     p = subprocess.run([BINARY, "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "Protocol" in p.stdout
 
