@@ -20,7 +20,10 @@ Outputs in --out DIR: results.csv (one row per run: add_bench's ops/s and
 p50/p99/p999/max latency in µs, measured however long) and results.md (medians
 over --repeat, and each mode's ratio to none, fs / fs-inline and
 fs / fs-unkeyed).
-Exit status: 0; 1 if a run failed; 2 usage error.
+Exit status: 0; 1 if a run failed; 2 usage error. A run fails if add_bench
+fails or completes no request, or if add_server does not stop cleanly after
+SIGTERM (a failed final drain or shutdown exits 1): the message gives its exit
+status and the tail of its stderr.
 """
 import argparse
 import csv
@@ -98,14 +101,20 @@ def run_one(args, mode, clients, upd):
         if p.returncode != 0:
             raise RuntimeError("add_bench failed: %s%s" % (p.stdout, p.stderr))
         rec = dict(kv.split("=", 1) for kv in p.stdout.split() if "=" in kv)
+        if int(rec.get("ops", 0)) <= 0 or any(k not in rec for k in ("p50_us", "p99_us", "p999_us")):
+            raise RuntimeError("add_bench completed no request (an empty run): %s%s" % (p.stdout, p.stderr))
     finally:
         srv.terminate()
         try:
-            srv.wait(timeout=30)
+            _, err = srv.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             srv.kill()
-            srv.wait()
+            _, err = srv.communicate()
+            err += "(killed: still running 30 s after SIGTERM)\n"
         shutil.rmtree(d, ignore_errors=True)
+    if srv.returncode != 0:
+        raise RuntimeError("add_server exited with status %d after SIGTERM (its final drain or shutdown failed); "
+                           "its stderr ends:\n%s" % (srv.returncode, "\n".join(err.splitlines()[-10:])))
     rec.update(mode=mode, server_threads=threads)
     return rec
 

@@ -735,6 +735,48 @@ def test_add_bench_refuses_an_empty_run(tmp_path):
     assert "no request completed" in err and "_us=" not in out, (out, err)
 
 
+RPC_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "rpc_bench.py")
+
+
+def rpc_bench(out, bench=None, env=None):
+    return subprocess.run([sys.executable, RPC_BENCH, "--server", BINARY, "--bench", bench or BENCH,
+                           "--modes", "emulated", "--clients", "1", "--updates", "0", "--seconds", "0.2",
+                           "--out", out], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, **(env or {})))
+
+
+def test_rpc_bench_fails_a_run_whose_server_did_not_stop_cleanly(tmp_path):
+    """A sync of the log head at add_server's shutdown fails (MANGO_FAULT_SYNC=4
+    at head.sync: a new pool's start makes two, a GET-only run none, the
+    shutdown two): add_server exits 1, and rpc_bench must fail the run with that
+    status and the server's message. It never looked at the status and wrote
+    its tables (found by a review)."""
+    out = str(tmp_path)
+    p = rpc_bench(out, env={"MANGO_FAULT_SYNC": "4", "MANGO_FAULT_SYNC_SITE": "head.sync"})
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "add_server exited with status 1" in p.stderr, p.stderr
+    assert "add_server: shutdown: sync of the log head failed" in p.stderr, p.stderr
+    assert not os.path.exists(os.path.join(out, "results.md"))
+    p = rpc_bench(out)  # the same run without the fault passes
+    assert p.returncode == 0, (p.returncode, p.stdout, p.stderr)
+    assert os.path.exists(os.path.join(out, "results.md"))
+
+
+def test_rpc_bench_fails_an_empty_run(tmp_path):
+    """An add_bench that completed no request fails the run, whatever its exit
+    status: here a stand-in that prints what add_bench printed for an empty run
+    before it exited 1 for one (ops=0 and made-up percentiles, exit 0)."""
+    out = str(tmp_path)
+    fake = os.path.join(out, "empty_bench.sh")
+    with open(fake, "w") as f:
+        f.write("#!/bin/sh\necho 'clients=1 update_pct=0 seconds=0.20 ops=0 ops_per_sec=0 p50_us=100000 "
+                "p99_us=100000 p999_us=100000'\n")
+    os.chmod(fake, 0o755)
+    p = rpc_bench(out, bench=fake)
+    assert p.returncode == 1 and "completed no request" in p.stderr, (p.returncode, p.stdout, p.stderr)
+    assert not os.path.exists(os.path.join(out, "results.md"))
+
+
 def test_ipv6_and_a_bad_host(pool):
     """--host ::1 listens on IPv6 loopback (a client connects there); a host
     that does not resolve is refused with a message naming it."""
