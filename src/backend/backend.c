@@ -431,6 +431,8 @@ int backend_stop(backend *b, bool drain)
     pthread_join(b->thread, NULL);
     b->started = false;
     int rc = atomic_load(&b->error);
+    if (rc != MANGO_OK) /* the thread's message, for the caller (it said "no error") */
+        mango_error_adopt_fatal();
     /* A failed pool gets no clean head: a sync failed somewhere (the log's,
      * a big batch's, the backend's), and clean would tell recovery that
      * everything up to here is safe. */

@@ -15,6 +15,10 @@
  *   - no head.sync is issued again (a failed sync is never retried),
  *   - the writer returns with an error (no hang),
  *   - mango_shutdown reports an error and neither head slot is clean.
+ * And a shutdown whose own drain's head sync fails (a new pool, no
+ * commands): it returns an error whose message names the failed sync (it
+ * said "no error": the backend's message stayed on its thread; found by a
+ * review, session 39).
  */
 #define _GNU_SOURCE
 #include <signal.h>
@@ -88,6 +92,22 @@ static int round_main(const char *pool, int n)
     return refused && atomic_load(&head_syncs_after) == 0 && src != MANGO_OK && read_ok && !clean ? 0 : 1;
 }
 
+/* No commands: the 3rd head.sync is the shutdown drain's (a new pool's
+ * start makes two). */
+static int shutdown_round(const char *pool)
+{
+    arm_sync_fault("3", "head.sync", 20);
+    mango_config cfg;
+    small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
+    mango_callbacks cb = {.is_read_only = is_read_only, .process_request = process, .init_state = init_state};
+    if (mango_init(&cfg, &cb) != MANGO_FRESH)
+        return 3;
+    int src = mango_shutdown();
+    const char *why = mango_last_error();
+    printf("shutdown with its head sync failing: %d, \"%s\"\n", src, why);
+    return src != MANGO_OK && strstr(why, "sync") != NULL ? 0 : 1;
+}
+
 int main(void)
 {
     char pool[128], big[160];
@@ -109,6 +129,16 @@ int main(void)
                     WTERMSIG(status) == SIGALRM ? " (a hang)" : "");
         CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     }
+    unlink(pool);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = shutdown_round(pool);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     unlink(pool);
     unlink(big);
     return check_report("test_head_sync_fails");
