@@ -73,6 +73,8 @@ def main():
     ap.add_argument("--fs-dir", default="/var/tmp", help="directory for fs-mode pools")
     ap.add_argument("--quick", action="store_true", help="tiny run for the smoke test")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if a.quick:
         a.repeat, a.seconds, a.threads, a.updates = 1, 0.2, "1", "50"
         a.dedup_updates, a.dedup_modes = "100", "emulated:2"
@@ -111,7 +113,7 @@ def main():
            "| case | uninstrumented | plugin | plugin - uninstrumented |", "|---|---:|---:|---:|",
            f"| inactive: outside any command | {p['store_transient']:.2f} | {q['store_transient']:.2f} | {q['store_transient'] - p['store_transient']:+.2f} |",
            f"| active: 4 KiB hot buffer (dedup hit) | {p['store_active_hot']:.2f} (not captured) | {q['store_active_hot']:.2f} | {q['store_active_hot'] - p['store_active_hot']:+.2f} |",
-           f"| active: 1 MiB, new block every 4th store | {p['store_active_wide']:.2f} (not captured) | {q['store_active_wide']:.2f} | {q['store_active_wide'] - p['store_active_wide']:+.2f} |",
+           f"| active: 1 MiB once over, new block every 4th store | {p['store_active_wide']:.2f} (not captured) | {q['store_active_wide']:.2f} | {q['store_active_wide'] - p['store_active_wide']:+.2f} |",
            "", "## 2. 100 KB value fill inside a read-write command (commit included)", "",
            "| copy | build | µs per fill | log bytes per fill |", "|---|---|---:|---:|",
            f"| memcpy | plugin: one range capture | {q['fill_memcpy_100k'] / 1e3:.1f} | {q['fill_memcpy_100k.log']:.0f} |",

@@ -41,9 +41,9 @@ MODE_AS = {"fs-inline": ("fs", {"MANGO_PIPELINE": "0"}, []),
            "fs-unkeyed": ("fs", {}, ["--read-keys", "off"])}
 DURABLE_DIR = {"emulated": "/dev/shm", "sim": "/dev/shm", "auto": "/dev/shm", "none": "/dev/shm"}
 # Fields printed by `kvstore run`, in order; the CSV adds a few of its own first.
-RUN_FIELDS = ["mode", "status", "threads", "update_pct", "seconds", "ops", "ops_per_sec",
+RUN_FIELDS = ["mode", "status", "threads", "update_pct", "zipf", "seconds", "ops", "ops_per_sec",
               "puts", "batches", "mean_batch", "syncs_per_batch", "log_bytes_per_update",
-              "log_full_waits"]
+              "log_full_waits", "commit_us"]
 CSV_FIELDS = ["req_mode", "rep", "order"] + RUN_FIELDS + ["wall_s"]
 
 
@@ -211,6 +211,12 @@ def run_one(args, mode, threads, upd):
     missing = [f for f in RUN_FIELDS if f not in rec]
     if missing:
         raise RuntimeError("result line lacks %s: %s" % (",".join(missing), line))
+    # Every field `kvstore run` prints goes into the CSV (zipf and commit_us
+    # were dropped until session 39): a new one must be added to RUN_FIELDS.
+    extra = [f for f in rec if f not in RUN_FIELDS]
+    if extra:
+        raise RuntimeError("result line has fields the CSV does not keep (add them to RUN_FIELDS): %s: %s"
+                           % (",".join(extra), line))
     rec["wall_s"] = "%.2f" % wall
     return rec
 

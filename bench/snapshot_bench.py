@@ -36,6 +36,11 @@ def main():
     ap.add_argument("--fs-dir", default="/var/tmp", help="where fs pools and every snapshot go")
     ap.add_argument("--out", default=None, help="output folder (default bench/results/<date>/snapshot)")
     a = ap.parse_args()
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
+    bad = [m for m in a.modes.split(",") if m not in ("emulated", "fs")]
+    if bad:
+        ap.error("--modes takes emulated and fs, not %s" % ",".join(bad))
     out = a.out or os.path.join("bench", "results", datetime.date.today().isoformat(), "snapshot")
     os.makedirs(out, exist_ok=True)
     rows = []

@@ -73,9 +73,15 @@ static double now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* fs or emulated; anything else is a usage error (it ran as emulated). */
 static mango_persist_mode mode_named(const char *m)
 {
-    return strcmp(m, "fs") == 0 ? MANGO_PERSIST_FS : MANGO_PERSIST_EMULATED;
+    if (strcmp(m, "fs") == 0)
+        return MANGO_PERSIST_FS;
+    if (strcmp(m, "emulated") == 0)
+        return MANGO_PERSIST_EMULATED;
+    fprintf(stderr, "snapshot_cost: MODE is fs or emulated, not '%s'\n", m);
+    exit(2);
 }
 
 static int start(const char *pool, const char *mode, uint64_t heap_mb)
@@ -147,6 +153,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *mode = argv[2], *pool = argv[3], *snap = argv[4];
+    (void)mode_named(mode); /* before anything is removed or made */
     uint64_t heap_mb = strtoull(argv[5], NULL, 10);
     double seconds = atof(argv[6]);
     if (heap_mb == 0 || heap_mb * 16 > MAX_CHUNKS || seconds <= 0) {

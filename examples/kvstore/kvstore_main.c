@@ -617,7 +617,7 @@ static int run_load(void)
            O.mode == MANGO_PERSIST_NONE ? "none" : "durable", status_name(st), O.threads,
            O.update_pct, O.zipf, el, ops, ops / el, puts, b, b ? (double)(s1.rw_commands - s0.rw_commands) / b : 0,
            b ? (double)(s1.frontend_syncs - s0.frontend_syncs) / b : 0,
-           puts ? (double)(s1.log_bytes - s0.log_bytes) / puts : 0, s1.log_full_waits,
+           puts ? (double)(s1.log_bytes - s0.log_bytes) / puts : 0, s1.log_full_waits - s0.log_full_waits,
            b ? (double)(s1.commit_ns_total - s0.commit_ns_total) / b / 1000.0 : 0);
     free(th);
     shutdown_or_die();
