@@ -117,6 +117,17 @@ int main(void)
 PROG
     "$MANGO_CC" --mango-verbose -O2 prog.c -o prog
     ./prog ;;
+link_lang)
+    # A -x LANG of the caller does not apply to the runtime archives the
+    # drivers append (clang compiled libmango.a as C; found by a review):
+    # a file, standard input and C++.
+    echo 'int main(void) { return 0; }' > main.c
+    "$MANGO_CC" -x c main.c -o prog_c
+    ./prog_c
+    "$MANGO_CC" -x c - -o prog_stdin < main.c
+    ./prog_stdin
+    "$MANGO_CXX" -x c++ main.c -o prog_cxx
+    ./prog_cxx ;;
 *)
     echo "unknown case $case_name" >&2
     exit 2 ;;
