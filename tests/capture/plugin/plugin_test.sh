@@ -128,6 +128,32 @@ link_lang)
     ./prog_stdin
     "$MANGO_CXX" -x c++ main.c -o prog_cxx
     ./prog_cxx ;;
+link_shared)
+    # -shared and -r do not link the runtime archive (libmango.a is not PIC:
+    # -shared failed with a relocation error; found by a review). The
+    # library's captures resolve against the executable's runtime, and an
+    # object made by -r gets the runtime at the final link.
+    cat > lib.c <<'LIB'
+int lib_counter;
+int lib_bump(int *p) { *p += 1; lib_counter++; return *p; }
+LIB
+    cat > use.c <<'USE'
+#include <mango.h>
+int lib_bump(int *p);
+int main(void) { int x = 1; return lib_bump(&x) == 2 && !mango_capture_active ? 0 : 1; }
+USE
+    "$MANGO_CC" --mango-verbose -O2 -shared -fPIC lib.c -o libx.so 2> cmd.txt
+    ! grep -q -- '-lpthread' cmd.txt
+    grep -q -- '-fpass-plugin=' cmd.txt
+    "$MANGO_CC" -O2 use.c -L. -lx -Wl,-rpath,"$PWD" -o use_shared
+    ./use_shared
+    "$MANGO_CC" -O2 -r lib.c -o lib_part.o
+    if nm lib_part.o | grep -q ' T mango_capture$'; then
+        echo "-r copied the runtime into the partial object" >&2
+        exit 1
+    fi
+    "$MANGO_CC" -O2 use.c lib_part.o -o use_part
+    ./use_part ;;
 *)
     echo "unknown case $case_name" >&2
     exit 2 ;;
