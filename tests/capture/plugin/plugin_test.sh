@@ -52,6 +52,10 @@ driver)
     "$MANGO_CC" --mango-verbose -c "$SRC/ir_attrs.c" -o x.o 2> cmd.txt
     ! grep -q -- '-lpthread' cmd.txt
     grep -q -- '-fpass-plugin=' cmd.txt
+    # A lone -v (autoconf runs it) is not a link: it printed the version,
+    # then failed on an undefined main (found by a review).
+    "$MANGO_CC" -v 2> v.txt
+    grep -q 'clang version' v.txt
     if "$MANGO_CC" --mango-bogus -c "$SRC/ir_attrs.c" -o x.o 2> /dev/null; then
         echo "unknown --mango- option accepted" >&2
         exit 1
