@@ -52,6 +52,16 @@ driver)
     "$MANGO_CC" --mango-verbose -c "$SRC/ir_attrs.c" -o x.o 2> cmd.txt
     ! grep -q -- '-lpthread' cmd.txt
     grep -q -- '-fpass-plugin=' cmd.txt
+    # Preprocessing alone (-E, -M, -MM) does not force-include the fast
+    # path's header: -E -P gave 54 lines for one (found by a review).
+    echo 'VALUE' > v.in
+    "$MANGO_CC" -E -P -x c v.in > pp.txt
+    test "$(cat pp.txt)" = VALUE
+    for m in -M -MM; do
+        "$MANGO_CC" "$m" "$SRC/ir_attrs.c" > deps.txt
+        grep -q 'ir_attrs.c' deps.txt
+        ! grep -q 'mango_capture_inline' deps.txt
+    done
     # A lone -v (autoconf runs it) is not a link: it printed the version,
     # then failed on an undefined main (found by a review).
     "$MANGO_CC" -v 2> v.txt
