@@ -70,6 +70,25 @@ driver)
         echo "unknown --mango- option accepted" >&2
         exit 1
     fi ;;
+werror)
+    # The driver's own flags raise no unused-argument warning, an error with
+    # -Werror (found by a review): an assembly file (the plugin and -include
+    # were unused), -c in a response file (the runtime and -lpthread -ldl -lm
+    # were appended), another target than the host's (-mcx16 came from
+    # uname).
+    echo 'int main(void) { return 0; }' > main.c
+    printf '\t.text\n\tnop\n' > asm.s
+    "$MANGO_CC" -Werror -c asm.s -o asm.o
+    "$MANGO_CC" -Werror -x assembler -c asm.s -o asm.o
+    echo '-c' > compile.rsp
+    "$MANGO_CC" -Werror @compile.rsp main.c -o main.o
+    "$MANGO_CC" -Werror --target=aarch64-linux-gnu -c main.c -o arm.o
+    "$MANGO_CC" -Werror -target aarch64-linux-gnu -c main.c -o arm.o
+    # ... and are still there when they are used
+    "$MANGO_CC" --mango-verbose --target=x86_64-linux-gnu -c main.c -o x86.o 2> cmd.txt
+    grep -q -- '-mcx16' cmd.txt
+    "$MANGO_CC" --mango-verbose -Werror -c main.c asm.s 2> cmd.txt
+    grep -q -- '-fpass-plugin=' cmd.txt ;;
 target_warning)
     # A target intrinsic that writes memory the pass cannot size is named in
     # a warning on any target, not only x86 (AArch64's structured stores).
