@@ -161,6 +161,17 @@ link_lang)
     ./prog_stdin
     "$MANGO_CXX" -x c++ main.c -o prog_cxx
     ./prog_cxx ;;
+cxx_compiler)
+    # MANGO_CC_COMPILER is read by both drivers: mango-c++ given clang (the C
+    # driver) still compiles and links C++ with libstdc++ (it did not link;
+    # found by a review).
+    cat > hello.cpp <<'CXX'
+#include <iostream>
+#include <string>
+int main() { std::string s("linked"); std::cout << s << std::endl; return 0; }
+CXX
+    MANGO_CC_COMPILER=$CLANG "$MANGO_CXX" -O2 hello.cpp -o hello
+    ./hello | grep -q '^linked$' ;;
 link_shared)
     # -shared and -r do not link the runtime archive (libmango.a is not PIC:
     # -shared failed with a relocation error; found by a review). The
