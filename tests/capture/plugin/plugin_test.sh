@@ -66,6 +66,21 @@ driver)
     # then failed on an undefined main (found by a review).
     "$MANGO_CC" -v 2> v.txt
     grep -q 'clang version' v.txt
+    # --help prints the driver's options and environment, then clang's;
+    # --mango-help only the driver's; a compiler that is not there is named
+    # (found by a review: --help printed only clang's help).
+    "$MANGO_CC" --help > help.txt
+    grep -q -- '--mango-no-runtime' help.txt
+    grep -q 'MANGO_CC_COMPILER' help.txt
+    grep -q 'OVERVIEW: clang' help.txt
+    "$MANGO_CXX" --mango-help > mango_help.txt
+    grep -q '^Usage: mango-c++' mango_help.txt
+    grep -q -- '--mango-version' mango_help.txt
+    if MANGO_CC_COMPILER=/nonexistent/clang "$MANGO_CC" -c "$SRC/ir_attrs.c" -o x.o 2> missing.txt; then
+        echo "a missing compiler was not reported" >&2
+        exit 1
+    fi
+    grep -q '^mango-cc: compiler /nonexistent/clang not found' missing.txt
     if "$MANGO_CC" --mango-bogus -c "$SRC/ir_attrs.c" -o x.o 2> /dev/null; then
         echo "unknown --mango- option accepted" >&2
         exit 1
