@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # setup.sh -- install what Mangosteen needs to build and test on Debian 12.
 # Idempotent: installs only what is missing, at the pinned versions below
-# (falling back to the suite's current version if a pin has left the archive).
+# (retrying at the suite's current versions if the pinned install fails, e.g.
+# because a pin has left the archive).
 set -euo pipefail
 
 PINNED=(
@@ -26,6 +27,12 @@ for spec in "${PINNED[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$spec")
 done
 
+# Go for the linearizability checker (tests/linearizability): Debian's 1.19
+# unless a Go toolchain is already on PATH or in /usr/local/go.
+if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go-1.19/bin/go ]; then
+  missing+=(golang-1.19-go=1.19.8-2)
+fi
+
 if ((${#missing[@]})); then
   if [ "$(id -u)" != 0 ]; then
     echo "setup: missing packages (${missing[*]}); run as root or install them" >&2
@@ -43,17 +50,12 @@ if ((${#missing[@]})); then
   fi
   apt-get update -qq
   if ! apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
-    echo "setup: a pinned version is gone from the archive; installing current versions" >&2
-    apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}" >/dev/null
+    echo "setup: pinned install failed; retrying unpinned" >&2
+    if ! apt-get install -y -qq --no-install-recommends "${missing[@]%%=*}" >/dev/null; then
+      echo "setup: apt-get install failed (network or apt sources?)" >&2
+      exit 1
+    fi
   fi
-fi
-
-# Go for the linearizability checker (tests/linearizability): Debian's 1.19
-# unless a Go toolchain is already on PATH or in /usr/local/go.
-if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ] && [ ! -x /usr/lib/go-1.19/bin/go ]; then
-  echo "setup: installing golang-1.19-go" >&2
-  apt-get install -y -qq --no-install-recommends golang-1.19-go=1.19.8-2 >/dev/null ||
-    apt-get install -y -qq --no-install-recommends golang-1.19-go >/dev/null
 fi
 
 # The python3 first on PATH must have pytest (it may not be Debian's).
