@@ -134,6 +134,13 @@ static int open_snapshot(const char *mode, const char *snap, uint64_t heap_mb)
         fprintf(stderr, "snapshot_cost: opening %s: %d %s\n", snap, rc, mango_last_error());
         return 1;
     }
+    /* The run filled heap_mb * 16 chunks before the snapshot: all must be
+     * there (only those the snapshot listed were checked). */
+    if (nchunks != heap_mb * 16) {
+        fprintf(stderr, "snapshot_cost: the snapshot holds %llu chunks, the run made %llu\n",
+                (unsigned long long)nchunks, (unsigned long long)(heap_mb * 16));
+        return 1;
+    }
     for (uint64_t i = 0; i < nchunks; i++)
         if (chunks[i][0] != i * 1000003u) {
             fprintf(stderr, "snapshot_cost: chunk %llu is wrong in the snapshot\n", (unsigned long long)i);

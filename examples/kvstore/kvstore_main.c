@@ -271,7 +271,7 @@ static void parse(int argc, char **argv)
     O.cmd = argv[optind];
     if (optind + 1 < argc)
         die_usage("unexpected argument '%s'", argv[optind + 1]);
-    if (O.values < O.threads)
+    if (O.values < O.threads && strcmp(O.cmd, "demo") != 0) /* (demo: its own threads, checked there) */
         die_usage("--values must be at least --threads%s", "");
     if (O.min_ms > O.max_ms)
         die_usage("--min-ms must not exceed --max-ms%s", "");
