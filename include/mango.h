@@ -313,7 +313,11 @@ bool mango_batch_open(void);
  * and MANGO_EFAILED once the runtime stopped after any other error (a batch
  * whose inline commit failed gets no ticket, so the one its replies were
  * to wait for never comes): tickets past *durable are then never durable,
- * their replies must not be sent, and the runtime accepts no more writes. Single event-loop thread: do
+ * their replies must not be sent, and the runtime accepts no more writes.
+ * mango_wait_durable(ticket) blocks until the ticket is durable: 0, or
+ * MANGO_EIO after a failed deferred sync, or MANGO_EFAILED at once for a
+ * ticket the stopped runtime never handed out (until session 39 it waited
+ * for that one for good). Single event-loop thread: do
  * not mix with mango_client_cmd from other threads (mango_batch_end and
  * mango_client_cmd still work and wait for everything in flight). */
 int mango_batch_submit(uint64_t *ticket);

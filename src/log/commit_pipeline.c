@@ -169,8 +169,13 @@ uint64_t pipeline_ticket_inline(commit_pipeline *cp)
 {
     pthread_mutex_lock(&cp->mu);
     uint64_t t = atomic_load(&cp->submitted) + 1;
-    atomic_store(&cp->submitted, t);
+    /* Durable first: a reader that sees t handed out (mango_reply_ticket,
+     * read_target, lock-free) then sees it durable, and does not wait on the
+     * eventfd, which an inline ticket never writes (it waited for good: found
+     * by a review, session 39). Everyone who compares the two under the lock
+     * or holding the write side sees them equal again. */
     atomic_store(&cp->durable, t);
+    atomic_store(&cp->submitted, t);
     if (cp->log)
         cp->sealed_lsn = atomic_load(&cp->log->committed_lsn);
     void (*fn)(void *, uint64_t, bool);
@@ -217,6 +222,8 @@ int pipeline_wait(commit_pipeline *cp, uint64_t t)
         int err = __atomic_load_n(&cp->error, __ATOMIC_ACQUIRE);
         if (err != MANGO_OK)
             return err;
+        if (atomic_load(&cp->stopped) && t > atomic_load(&cp->submitted))
+            return MANGO_EFAILED; /* never handed out: never durable */
         fw_wait_while_eq(&cp->durable_gen, &cp->durable_waiters, gen);
     }
 }
@@ -252,4 +259,10 @@ void pipeline_set_listener(commit_pipeline *cp, void (*fn)(void *arg, uint64_t d
         while (cp->listener_calls)
             pthread_cond_wait(&cp->listener_cv, &cp->mu);
     pthread_mutex_unlock(&cp->mu);
+}
+
+void pipeline_note_stopped(commit_pipeline *cp)
+{
+    atomic_store(&cp->stopped, MANGO_EFAILED);
+    wake_waiters(cp); /* after the store: a waiter that missed it sees the generation move */
 }

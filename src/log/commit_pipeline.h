@@ -52,6 +52,7 @@ typedef struct commit_pipeline {
     _Atomic uint64_t durable;   /* every ticket <= this is durable */
     uint64_t sealed_lsn;        /* log end after the last sealed frame (under mu) */
     int error;                  /* MANGO_EIO after a failed deferred sync (under mu) */
+    _Atomic int stopped;        /* MANGO_EFAILED once the runtime stopped: no more tickets */
     bool stop;
     int event_fd;               /* eventfd written at every durable advance; -1: none */
     /* written by the sync thread only; mango_get_stats reads them (relaxed) */
@@ -83,8 +84,15 @@ uint64_t pipeline_ticket_deferred(commit_pipeline *cp, bool sealed);
 
 /* Nothing in flight (every ticket handed out is durable)? */
 bool pipeline_idle(const commit_pipeline *cp);
-/* Wait until ticket t is durable: 0, or MANGO_EIO if a deferred sync failed. */
+/* Wait until ticket t is durable: 0, or MANGO_EIO if a deferred sync failed,
+ * or MANGO_EFAILED for a ticket not handed out when the runtime stopped
+ * (pipeline_note_stopped: it never comes). */
 int pipeline_wait(commit_pipeline *cp, uint64_t t);
+/* The runtime stopped (an inline commit failed, say): no ticket is handed out
+ * any more. Wakes the waiters, so that those waiting for a ticket beyond the
+ * last one handed out (a reply's, taken in the failed batch) return instead
+ * of sleeping for good (found by a review, session 39). */
+void pipeline_note_stopped(commit_pipeline *cp);
 /* The durable ticket; *err gets 0 or MANGO_EIO. */
 uint64_t pipeline_durable(commit_pipeline *cp, int *err);
 /* An eventfd (EFD_NONBLOCK) that becomes readable when the sync thread

@@ -233,6 +233,7 @@ static int fail(int rc)
 {
     mango_error_publish_fatal(); /* the message of the error that stops us */
     atomic_store(&rt.failed, rc);
+    pipeline_note_stopped(&rt.pipe); /* waiters for tickets it will never hand out return */
     return rc;
 }
 
@@ -1431,6 +1432,8 @@ int mango_wait_durable(uint64_t ticket)
     if (forked_child)
         return refused_in_child("mango_wait_durable");
     int rc = pipeline_wait(&rt.pipe, ticket);
+    if (rc == MANGO_EFAILED) /* the runtime stopped before handing it out */
+        return mango_error_stopped();
     if (rc != MANGO_OK) {
         mango_error(MANGO_EIO, "a pipelined log sync failed; ticket %llu is not durable",
                     (unsigned long long)ticket);
