@@ -209,7 +209,11 @@ int mango_shutdown(void);
  * error code if the runtime has failed (the command did not run, or a log
  * sync failed: then it must not be acknowledged). In fs and sim modes the
  * sync of one batch overlaps the next batch: the calling thread waits for
- * its batch after the lock is released (MANGO_PIPELINE=0: under the lock). */
+ * its batch after the lock is released (MANGO_PIPELINE=0: under the lock).
+ * Commands and batches do not nest: called from inside a command (read-only
+ * or read-write) or while a batch is open on this thread, mango_client_cmd,
+ * mango_client_submit and mango_batch_begin return MANGO_EINVAL (they would
+ * wait for the write side their own thread holds back). */
 int mango_client_cmd(void *ctx);
 
 /* Local mode without the wait: runs the command like mango_client_cmd but
