@@ -782,9 +782,10 @@ def write_md(args, rows, path, meta, recovery_rows):
                        "of the runs' means / largest sample, KB): " + "; ".join(
                            "%s %.1f / %.1f" % (system, sum(m for m, _ in v) / len(v), max(x for _, x in v))
                            for system, v in sorted(lags.items())))
-    out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in a "
-               "rotated order; fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
-                   args.fs_dir, meta["fs_type"], args.shm_dir))
+    out.append("- fresh server per run (new pool / new AOF dir); systems interleaved per cell in %s; "
+               "fs pool and AOF files in `%s` (%s), emulated pool on `%s`" % (
+                   "the order given, the same in every cell (`--fixed-order`)" if getattr(args, "fixed_order", False)
+                   else "a rotated order", args.fs_dir, meta["fs_type"], args.shm_dir))
     if getattr(args, "settle", False):
         rw = [int(r["aof_rewrites_in_run"]) for r in rows
               if r.get("status") == "ok" and r.get("aof_rewrites_in_run") not in (None, "")]
@@ -1377,6 +1378,10 @@ def main():
                    help="the load generator (default: the build's ycsb_redis)")
     p.add_argument("--systems", type=csv_list, default=DEFAULT_SYSTEMS,
                    help="comma list from: " + ",".join(ALL_SYSTEMS))
+    p.add_argument("--fixed-order", action="store_true",
+                   help="run the systems in the order --systems gives in every cell (default: rotated from "
+                        "cell to cell, so no system always runs first); durable-fs-paced still runs right "
+                        "after stock-aof-always. For experiments on the order itself")
     p.add_argument("--paced-factor", type=float, default=1.51,
                    help="durable-fs-paced: ycsb_redis --target is this factor times the ops/s that "
                         "stock-aof-always reached in the same cell and repetition, which runs just before "
@@ -1523,7 +1528,8 @@ def main():
             with open(run_json, "w") as f:
                 saved_args = {k: getattr(args, k) for k in (
                     "records", "seconds", "load_clients", "ycsb_threads", "repeat", "fs_dir", "shm_dir",
-                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate", "replica", "settle")}
+                    "durable", "stock", "volatile_keys", "maxmemory", "queue_rate", "replica", "settle",
+                    "fixed_order")}
                 saved_args["pin"] = [sorted(c) for c in args.pin] if args.pin else None
                 json.dump(dict(meta=meta, args=saved_args), f, indent=1)
             ncell = len(args.clients) * len(args.mixes) * args.repeat
@@ -1534,7 +1540,7 @@ def main():
                 for rep in range(args.repeat):
                     for c in args.clients:
                         for m in args.mixes:
-                            rot = i % len(args.systems)
+                            rot = 0 if args.fixed_order else i % len(args.systems)
                             order = args.systems[rot:] + args.systems[:rot]
                             if "durable-fs-paced" in order:  # paced at AOF-always's rate: run after it
                                 order.remove("durable-fs-paced")
