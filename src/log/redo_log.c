@@ -114,12 +114,14 @@ int redo_log_reserve(redo_log *l, uint32_t n, log_frame_writer *w)
                            "a batch wrote %u blocks (%llu bytes of log) but one batch may take at most "
                            "half of the %llu-byte log; configure a larger log_size",
                            n, (unsigned long long)bytes, (unsigned long long)l->cap);
-    if (l->tail_lsn > POOL_MAX_LSN + (1ull << 61)) /* pools open at most POOL_MAX_LSN: cannot wrap */
-        return mango_error(MANGO_EIO, "the log's position reached %llu: no more writes are accepted",
-                           (unsigned long long)l->tail_lsn);
     uint64_t off = l->tail_lsn % l->cap;
     uint64_t pad = off + bytes > l->cap ? l->cap - off : 0;
     uint64_t need_end = l->tail_lsn + pad + bytes;
+    /* No head past POOL_MAX_LSN (a pool would refuse it): the tail never
+     * gets there. (A pool opens with its head at most there, so no wrap.) */
+    if (need_end > POOL_MAX_LSN)
+        return mango_error(MANGO_EIO, "the log's position would pass 2^62 (%llu): no more writes are accepted",
+                           (unsigned long long)need_end);
     if (need_end > l->cap) {
         int rc = redo_log_wait_reusable(l, need_end - l->cap);
         if (rc != MANGO_OK)

@@ -301,6 +301,11 @@ static int commit_big_batch(uint64_t n)
     return MANGO_OK;
 }
 
+/* This thread runs a batch: between batch_begin and batch_end_commit, in
+ * every mode (mango_capture_active is off with MANGO_PERSIST_NONE, and in a
+ * signal handler's trampoline). */
+static __thread bool batch_running_here;
+
 static int batch_begin(void *arg, unsigned n)
 {
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
@@ -315,6 +320,7 @@ static int batch_begin(void *arg, unsigned n)
     if (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_RELAXED))
         return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
+    batch_running_here = true; /* until batch_end_commit (refuse_nested) */
     if (rt.durable) {
         signal_handlers_reset();
         capture_begin(rt.set);
@@ -370,6 +376,7 @@ static int batch_end_commit(void *arg, uint64_t *ticket)
                              (rt.deps && fc_reads_seen(rt.fc))));
     defer = defer && rt.pipe.deferred_ok;
     rt.defer_commit = false;
+    batch_running_here = false;
     if (ticket)
         *ticket = 0;
     rt.batches++;
@@ -1035,7 +1042,7 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **out)
         return mango_error(MANGO_EINVAL, "mango_snapshot: there is no pool (persistence mode none)");
     if (!path || !*path || !out)
         return mango_error(MANGO_EINVAL, "mango_snapshot: no path%s", out ? "" : " or no job pointer");
-    if (batch_open_here || mango_capture_active || fc_in_read(rt.fc))
+    if (batch_open_here || batch_running_here || fc_in_read(rt.fc))
         return mango_error(MANGO_EINVAL, "mango_snapshot: called inside a batch or a command; call it outside "
                            "any (it waits for the write side, which a read-only command's own read would "
                            "hold back for good)");
@@ -1253,10 +1260,11 @@ int mango_init(const mango_config *cfg_in, const mango_callbacks *cb)
  * on this thread would wait for the write side its own thread holds back
  * (a read-only command's read flag, a combiner's or an exclusive batch's
  * write side): a hang, or a nested read that ended the outer one's early
- * (noted by a review, session 39). Refused instead. */
+ * (noted by a review, session 39). Refused instead, with no pool too, and
+ * from a signal handler that interrupted a command. */
 static int refuse_nested(const char *call)
 {
-    if (batch_open_here || mango_capture_active || fc_in_read(rt.fc))
+    if (batch_open_here || batch_running_here || fc_in_read(rt.fc))
         return mango_error(MANGO_EINVAL, "%s: called inside a command or a batch on this thread; commands "
                            "and batches do not nest", call);
     return MANGO_OK;

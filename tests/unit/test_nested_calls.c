@@ -6,15 +6,21 @@
  *    read ended the outer read early);
  *  - mango_batch_begin and mango_client_cmd from inside a read-write
  *    command (the combiner holds the write side);
- *  - mango_client_cmd while an exclusive batch is open on the thread.
+ *  - mango_client_cmd while an exclusive batch is open on the thread;
+ *  - mango_client_cmd from a signal handler that interrupted a read-write
+ *    command (the trampoline turns capture off there).
  * Each must return MANGO_EINVAL with a message saying so, and the runtime
- * keeps working. Before session 39 (noted by a review of the concurrency
- * core) the first hung: each mode runs in a child with a 20 s alarm.
+ * keeps working, in emulated, sim and none mode (none: no capture at all).
+ * Before session 39 (noted by a review of the concurrency core) the first
+ * hung; the first version of the check missed none mode and the handler.
+ * Each mode runs in a child with a 20 s alarm.
  */
 #define _GNU_SOURCE
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mango.h"
@@ -24,7 +30,8 @@
 
 typedef struct cmd {
     int read_only;
-    int nest;   /* what the command calls inside: 0 none, 1 client_cmd, 2 client_submit, 3 batch_begin */
+    int nest;   /* what the command calls inside: 0 none, 1 client_cmd, 2 client_submit, 3 batch_begin,
+                 * 4 client_cmd from a signal handler */
     int nested_rc;
     char why[200];
 } cmd;
@@ -32,6 +39,16 @@ typedef struct cmd {
 static uint64_t counter; /* durable .bss */
 
 static bool is_ro(void *c) { return ((cmd *)c)->read_only; }
+
+static cmd *in_handler; /* the command the handler reports into */
+
+static void handler(int sig)
+{
+    (void)sig;
+    cmd inner = {.read_only = 0};
+    in_handler->nested_rc = mango_client_cmd(&inner);
+    snprintf(in_handler->why, sizeof in_handler->why, "%s", mango_last_error());
+}
 
 static void process(void *arg)
 {
@@ -46,6 +63,10 @@ static void process(void *arg)
     case 1: c->nested_rc = mango_client_cmd(&inner); break;
     case 2: c->nested_rc = mango_client_submit(&inner, &ticket); break;
     case 3: c->nested_rc = mango_batch_begin(); break;
+    case 4:
+        in_handler = c;
+        raise(SIGUSR1);
+        return;
     default: return;
     }
     snprintf(c->why, sizeof c->why, "%s", mango_last_error());
@@ -76,6 +97,9 @@ static int child(const char *pool, mango_persist_mode mode)
     bad += mango_client_cmd(&w) != MANGO_OK || !refused(&w, "batch_begin in a write");
     cmd w2 = {.read_only = 0, .nest = 1};
     bad += mango_client_cmd(&w2) != MANGO_OK || !refused(&w2, "client_cmd in a write");
+    signal(SIGUSR1, handler);
+    cmd h = {.read_only = 0, .nest = 4};
+    bad += mango_client_cmd(&h) != MANGO_OK || !refused(&h, "client_cmd in a handler during a write");
     bad += mango_batch_begin() != MANGO_OK;
     cmd in_batch = {.read_only = 0};
     int rc = mango_client_cmd(&in_batch);
@@ -83,9 +107,10 @@ static int child(const char *pool, mango_persist_mode mode)
     bad += mango_batch_end() != MANGO_OK;
     cmd plain = {.read_only = 0};
     bad += mango_client_cmd(&plain) != MANGO_OK; /* still working */
-    bad += counter != 3; /* the two writes that nested, and the last one */
+    bad += counter != 4; /* the three writes that nested, and the last one */
     bad += mango_shutdown() != MANGO_OK;
-    printf("%s: %d checks failed\n", mode == MANGO_PERSIST_SIM ? "sim" : "emulated", bad);
+    printf("%s: %d checks failed\n",
+           mode == MANGO_PERSIST_SIM ? "sim" : mode == MANGO_PERSIST_NONE ? "none" : "emulated", bad);
     return bad ? 1 : 0;
 }
 
@@ -94,6 +119,14 @@ int main(void)
     char pool[128];
     snprintf(pool, sizeof pool, "/dev/shm/mango-test-nested-%d.pool", (int)getpid());
     CHECK(each_mode_in_a_child(pool, child) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = child(pool, MANGO_PERSIST_NONE);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
     unlink(pool);
     return check_report("test_nested_calls");
 }
