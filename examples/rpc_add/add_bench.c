@@ -30,6 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "parse_num.h"
 #include "ycsb_hist.h"
 
 #define N_COUNTERS 4096
@@ -177,20 +178,6 @@ static void usage(FILE *f)
 "printed then); 2 for bad options.\n");
 }
 
-/* A whole number in lo..hi, decimal digits only; else exits 2 naming what. */
-static unsigned long parse_uint(const char *s, const char *what, unsigned long lo, unsigned long hi)
-{
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(s, &end, 10);
-    if (*s < '0' || *s > '9' || *end || errno || v < lo || v > hi) {
-        fprintf(stderr, "add_bench: %s must be a whole number in %lu..%lu, not '%s'\n", what, lo, hi, s);
-        fprintf(stderr, "Try 'add_bench --help'.\n");
-        exit(2);
-    }
-    return v;
-}
-
 /* --seconds: a finite decimal number in 0.001..1e6 (strtod takes inf and nan,
  * which nanosleep cannot). Else exits 2. */
 static double parse_seconds(const char *s)
@@ -221,10 +208,10 @@ int main(int argc, char **argv)
         switch (o) {
         case 'H': O.host = optarg; break;
         case 'U': O.unix_path = optarg; break;
-        case 'p': O.port = (int)parse_uint(optarg, "--port", 1, 65535); break;
-        case 'c': O.clients = (unsigned)parse_uint(optarg, "--clients", 1, 1024); break;
+        case 'p': O.port = (int)parse_num("add_bench", optarg, "--port", 1, 65535, false); break;
+        case 'c': O.clients = (unsigned)parse_num("add_bench", optarg, "--clients", 1, 1024, false); break;
         case 's': O.seconds = parse_seconds(optarg); break;
-        case 'u': O.update_pct = (unsigned)parse_uint(optarg, "--update-pct", 0, 100); break;
+        case 'u': O.update_pct = (unsigned)parse_num("add_bench", optarg, "--update-pct", 0, 100, false); break;
         case 'h': usage(stdout); return 0;
         default: goto bad;
         }

@@ -32,6 +32,7 @@
 #include <string.h>
 
 #include "mango.h"
+#include "parse_num.h"
 
 #define N_COUNTERS 4096
 
@@ -211,34 +212,6 @@ static void usage(FILE *f)
 "decimal digits in its range).\n");
 }
 
-/* A whole number in lo..hi: decimal digits only, then (if suffixes) one of
- * K M G, checked for overflow. Else exits 2 naming the option. */
-static uint64_t parse_num(const char *s, const char *what, uint64_t lo, uint64_t hi, bool suffixes)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    bool ok = !errno && end != s && *s >= '0' && *s <= '9';
-    unsigned shift = 0;
-    if (ok && suffixes)
-        switch (*end) {
-        case 'K': case 'k': shift = 10; end++; break;
-        case 'M': case 'm': shift = 20; end++; break;
-        case 'G': case 'g': shift = 30; end++; break;
-        default: break;
-        }
-    if (ok && shift && v > (UINT64_MAX >> shift))
-        ok = false;
-    v <<= shift;
-    if (!ok || *end || v < lo || v > hi) {
-        fprintf(stderr, "add_server: %s must be a whole number in %" PRIu64 "..%" PRIu64 "%s, not '%s'\n", what,
-                lo, hi, suffixes ? " (suffixes K M G)" : "", s);
-        fprintf(stderr, "Try 'add_server --help'.\n");
-        exit(2);
-    }
-    return v;
-}
-
 static int parse_mode(const char *s, mango_persist_mode *m)
 {
     static const struct { const char *name; mango_persist_mode mode; } modes[] = {
@@ -276,12 +249,12 @@ int main(int argc, char **argv)
                 return 2;
             }
             break;
-        case 's': cfg.pool_size = (size_t)parse_num(optarg, "--pool-size", 1u << 20, (uint64_t)1 << 50, true); break;
-        case 'l': cfg.log_size = (size_t)parse_num(optarg, "--log-size", 64u << 10, (uint64_t)1 << 50, true); break;
+        case 's': cfg.pool_size = (size_t)parse_num("add_server", optarg, "--pool-size", 1u << 20, (uint64_t)1 << 50, true); break;
+        case 'l': cfg.log_size = (size_t)parse_num("add_server", optarg, "--log-size", 64u << 10, (uint64_t)1 << 50, true); break;
         case 'H': rc.host = optarg; break;
         case 'U': rc.unix_path = optarg; break;
-        case 'P': rc.port = (uint16_t)parse_num(optarg, "--port", 0, 65535, false); break;
-        case 't': rc.threads = (unsigned)parse_num(optarg, "--threads", 1, 256, false); break;
+        case 'P': rc.port = (uint16_t)parse_num("add_server", optarg, "--port", 0, 65535, false); break;
+        case 't': rc.threads = (unsigned)parse_num("add_server", optarg, "--threads", 1, 256, false); break;
         case 'u': keyed_reads = false; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;

@@ -102,13 +102,22 @@ static int install(int sig, const struct sigaction *act, struct sigaction *oldac
 /* One installation at a time (see the top of this file). */
 static atomic_flag installing = ATOMIC_FLAG_INIT;
 
-static void take_lock(void)
+/* Every signal blocked on this thread (the old mask in *saved), then the
+ * lock; unlock_installs gives both back. */
+static void lock_installs(sigset_t *saved)
 {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, saved);
     while (atomic_flag_test_and_set_explicit(&installing, memory_order_acquire))
         sched_yield();
 }
 
-static void drop_lock(void) { atomic_flag_clear_explicit(&installing, memory_order_release); }
+static void unlock_installs(const sigset_t *saved)
+{
+    atomic_flag_clear_explicit(&installing, memory_order_release);
+    pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
 
 /* fork(): the lock is held across it, so that a child never inherits it
  * held by a thread that does not exist there (its first sigaction spun for
@@ -117,19 +126,8 @@ static void drop_lock(void) { atomic_flag_clear_explicit(&installing, memory_ord
  * updated. The forking thread's signals are blocked meanwhile. */
 static __thread sigset_t fork_saved_mask;
 
-static void before_fork(void)
-{
-    sigset_t all;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &fork_saved_mask);
-    take_lock();
-}
-
-static void after_fork(void)
-{
-    drop_lock();
-    pthread_sigmask(SIG_SETMASK, &fork_saved_mask, NULL);
-}
+static void before_fork(void) { lock_installs(&fork_saved_mask); }
+static void after_fork(void) { unlock_installs(&fork_saved_mask); }
 
 __attribute__((constructor)) static void signal_interpose_init(void)
 {
@@ -144,14 +142,11 @@ int sigaction(int sig, const struct sigaction *act, struct sigaction *oldact)
 {
     if (sig <= 0 || sig >= _NSIG)
         return __sigaction(sig, act, oldact);
-    sigset_t all, saved;
-    sigfillset(&all);
-    pthread_sigmask(SIG_BLOCK, &all, &saved);
-    take_lock();
+    sigset_t saved;
+    lock_installs(&saved);
     int rc = install(sig, act, oldact);
     int e = errno;
-    drop_lock();
-    pthread_sigmask(SIG_SETMASK, &saved, NULL);
+    unlock_installs(&saved);
     errno = e;
     return rc;
 }

@@ -258,7 +258,7 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     }
     struct stat st;
     big_batch_header h;
-    uint64_t want = 0;
+    uint64_t want = sizeof h + r.n_entries * sizeof(log_entry);
     const char *bad = NULL;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         bad = "is not a regular file";
@@ -268,8 +268,7 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
         bad = "has a damaged header";
     else if (h.version != BIG_BATCH_VERSION || h.header_size != sizeof h)
         bad = "has a format version this build does not read";
-    else if (want = sizeof h + r.n_entries * sizeof(log_entry),
-             h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
+    else if (h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
              h.n_entries != r.n_entries || h.payload_crc != r.payload_crc ||
              h.header_crc != r.header_crc || r.file_bytes != want || r.n_entries > UINT32_MAX) {
         snprintf(why, sizeof why, "holds another batch (seq %llu, generation %llu)",

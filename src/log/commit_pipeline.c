@@ -263,6 +263,6 @@ void pipeline_set_listener(commit_pipeline *cp, void (*fn)(void *arg, uint64_t d
 
 void pipeline_note_stopped(commit_pipeline *cp)
 {
-    atomic_store(&cp->stopped, MANGO_EFAILED);
+    atomic_store(&cp->stopped, true);
     wake_waiters(cp); /* after the store: a waiter that missed it sees the generation move */
 }

@@ -52,7 +52,7 @@ typedef struct commit_pipeline {
     _Atomic uint64_t durable;   /* every ticket <= this is durable */
     uint64_t sealed_lsn;        /* log end after the last sealed frame (under mu) */
     int error;                  /* MANGO_EIO after a failed deferred sync (under mu) */
-    _Atomic int stopped;        /* MANGO_EFAILED once the runtime stopped: no more tickets */
+    _Atomic bool stopped;       /* the runtime stopped: no more tickets (pipeline_note_stopped) */
     bool stop;
     int event_fd;               /* eventfd written at every durable advance; -1: none */
     /* written by the sync thread only; mango_get_stats reads them (relaxed) */
