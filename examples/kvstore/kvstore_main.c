@@ -28,6 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/parse_num.h"
 #include "kv_fixed.h"
 #include "kv_hashmap.h"
 #include "kv_workload.h"
@@ -122,37 +123,9 @@ static void die_usage(const char *fmt, const char *arg)
     exit(2);
 }
 
-/* A whole number in [lo, hi], with an optional K/M/G suffix (x1024) when
- * suffixes is set; anything else (a sign, trailing text, overflow, out of
- * range) is a usage error naming the option and its range. */
-static uint64_t parse_num(const char *s, const char *what, uint64_t lo, uint64_t hi, bool suffixes)
-{
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    bool ok = !errno && end != s && *s >= '0' && *s <= '9';
-    unsigned shift = 0;
-    if (ok && suffixes)
-        switch (*end) {
-        case 'k': case 'K': shift = 10; end++; break;
-        case 'm': case 'M': shift = 20; end++; break;
-        case 'g': case 'G': shift = 30; end++; break;
-        }
-    if (ok && shift && v > (UINT64_MAX >> shift))
-        ok = false;
-    v <<= shift;
-    if (!ok || *end || v < lo || v > hi) {
-        fprintf(stderr, "kvstore: %s must be a whole number in %" PRIu64 "..%" PRIu64 "%s, not '%s'\n",
-                what, lo, hi, suffixes ? " (suffixes K M G)" : "", s);
-        fprintf(stderr, "Try 'kvstore --help'.\n");
-        exit(2);
-    }
-    return v;
-}
-
 static size_t parse_size(const char *s, const char *what)
 {
-    return (size_t)parse_num(s, what, 1, (uint64_t)1 << 50, true);
+    return (size_t)parse_num("kvstore", s, what, 1, (uint64_t)1 << 50, true);
 }
 
 /* A decimal number of seconds in [lo, hi] (strtod, whole string). */
@@ -236,26 +209,26 @@ static void parse(int argc, char **argv)
         case 'm': O.mode = parse_mode(optarg); break;
         case 'S': O.pool_size = parse_size(optarg, "--pool-size"); break;
         case 'L': O.log_size = parse_size(optarg, "--log-size"); break;
-        case 't': O.threads = (unsigned)parse_num(optarg, "--threads", 1, KV_MAX_CLIENTS, false); break;
-        case 'n': O.values = (uint32_t)parse_num(optarg, "--values", 1, UINT32_MAX, true); O.values_set = true; break;
-        case 'v': O.value_size = (uint32_t)parse_num(optarg, "--value-size", 16, 1u << 30, true); O.value_size_set = true; break;
-        case 'u': O.update_pct = (unsigned)parse_num(optarg, "--update-pct", 0, 100, false); break;
+        case 't': O.threads = (unsigned)parse_num("kvstore", optarg, "--threads", 1, KV_MAX_CLIENTS, false); break;
+        case 'n': O.values = (uint32_t)parse_num("kvstore", optarg, "--values", 1, UINT32_MAX, true); O.values_set = true; break;
+        case 'v': O.value_size = (uint32_t)parse_num("kvstore", optarg, "--value-size", 16, 1u << 30, true); O.value_size_set = true; break;
+        case 'u': O.update_pct = (unsigned)parse_num("kvstore", optarg, "--update-pct", 0, 100, false); break;
         case 's': O.seconds = parse_real(optarg, "--seconds", 0, 1e7, false); O.seconds_set = true; break;
-        case 'o': O.ops = parse_num(optarg, "--ops", 0, UINT64_MAX, true); break;
+        case 'o': O.ops = parse_num("kvstore", optarg, "--ops", 0, UINT64_MAX, true); break;
         case 'a': O.ack = optarg; break;
-        case 'r': O.rounds = (unsigned)parse_num(optarg, "--rounds", 0, UINT32_MAX, false); break;
-        case 1: O.min_ms = (unsigned)parse_num(optarg, "--min-ms", 0, 3600000, false); break;
-        case 2: O.max_ms = (unsigned)parse_num(optarg, "--max-ms", 0, 3600000, false); break;
-        case 3: O.seed = parse_num(optarg, "--seed", 0, UINT64_MAX, false); break;
-        case 4: O.images = (unsigned)parse_num(optarg, "--images", 0, UINT32_MAX, false); break;
+        case 'r': O.rounds = (unsigned)parse_num("kvstore", optarg, "--rounds", 0, UINT32_MAX, false); break;
+        case 1: O.min_ms = (unsigned)parse_num("kvstore", optarg, "--min-ms", 0, 3600000, false); break;
+        case 2: O.max_ms = (unsigned)parse_num("kvstore", optarg, "--max-ms", 0, 3600000, false); break;
+        case 3: O.seed = parse_num("kvstore", optarg, "--seed", 0, UINT64_MAX, false); break;
+        case 4: O.images = (unsigned)parse_num("kvstore", optarg, "--images", 0, UINT32_MAX, false); break;
         case 5: O.recovery_crashes = true; break;
         case 6: O.cut_recovery = true; break;
         case 7: O.history = optarg; break;
         case 10:
             O.zipf = parse_real(optarg, "--zipf", 0, 1, true);
             break;
-        case 8: O.keys = (uint32_t)parse_num(optarg, "--keys", 1, UINT32_MAX, false); break;
-        case 9: O.think_us = (unsigned)parse_num(optarg, "--think-us", 0, 1000000, false); break;
+        case 8: O.keys = (uint32_t)parse_num("kvstore", optarg, "--keys", 1, UINT32_MAX, false); break;
+        case 9: O.think_us = (unsigned)parse_num("kvstore", optarg, "--think-us", 0, 1000000, false); break;
         case 11:
             if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "wrong"))
                 die_usage("--read-keys must be on, off or wrong, not '%s'", optarg);

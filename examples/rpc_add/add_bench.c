@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "parse_num.h"
+#include "../common/parse_num.h"
 #include "ycsb_hist.h"
 
 #define N_COUNTERS 4096

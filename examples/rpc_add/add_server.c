@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "mango.h"
-#include "parse_num.h"
+#include "../common/parse_num.h"
 
 #define N_COUNTERS 4096
 

@@ -1,9 +1,10 @@
-/* parse_num.h -- the whole-number options of the rpc_add programs
- * (add_server, add_bench): decimal digits only, then (if suffixes) one of
- * K M G, checked for overflow, in lo..hi. Anything else ends the program
- * with exit status 2 and a message naming the option. */
-#ifndef RPC_ADD_PARSE_NUM_H
-#define RPC_ADD_PARSE_NUM_H
+/* parse_num.h -- the examples' whole-number options (kvstore, add_server,
+ * add_bench): decimal digits only, then (if suffixes) one of K M G (x1024),
+ * checked for overflow, in lo..hi. Anything else (a sign, trailing text,
+ * overflow, out of range) ends the program with exit status 2 and a message
+ * naming the option and its range. */
+#ifndef EXAMPLES_PARSE_NUM_H
+#define EXAMPLES_PARSE_NUM_H
 
 #include <errno.h>
 #include <inttypes.h>
