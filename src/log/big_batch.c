@@ -234,6 +234,17 @@ static int refuse(const big_batch_scan *s, const log_frame *f, const char *why)
                        (unsigned long long)f->seq, s->path, why);
 }
 
+/* The file is there but this process cannot read it (permissions, a symlink
+ * loop, too many open files, an I/O error, no address space): the pool is not
+ * bad, and nothing was applied. MANGO_EIO, so `mango check` exits 2, not 1. */
+static int unreadable(const big_batch_scan *s, const log_frame *f, const char *what, int err)
+{
+    return mango_error(MANGO_EIO,
+                       "committed batch seq %llu keeps its entries in the big-batch file %s, which %s (%s); "
+                       "nothing was applied (make that file readable and try again)",
+                       (unsigned long long)f->seq, s->path, what, strerror(err));
+}
+
 int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
 {
     big_batch_scan *s = arg;
@@ -251,24 +262,30 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     bool own = !(s->writer && s->writer->fd >= 0);
     int fd = own ? open(s->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK) /* (a FIFO must not hang the open) */
                  : s->writer->fd;
-    if (fd < 0) {
-        snprintf(why, sizeof why, errno == ENOENT ? "is missing" : "cannot be opened (%s)",
-                 strerror(errno));
-        return refuse(s, f, why);
-    }
+    if (fd < 0)
+        return errno == ENOENT ? refuse(s, f, "is missing") : unreadable(s, f, "cannot be opened", errno);
     struct stat st;
     big_batch_header h;
     uint64_t want = sizeof h + r.n_entries * sizeof(log_entry);
     const char *bad = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    const char *failed = NULL; /* (a read error, not a bad file) */
+    int err = 0;
+    ssize_t got = 0;
+    if (fstat(fd, &st) != 0) {
+        failed = "cannot be examined";
+        err = errno;
+    } else if (!S_ISREG(st.st_mode)) {
         bad = "is not a regular file";
-    else if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+    } else if ((got = pread(fd, &h, sizeof h, 0)) < 0) {
+        failed = "cannot be read";
+        err = errno;
+    } else if (got != (ssize_t)sizeof h) {
         bad = "is too short to hold a header";
-    else if (memcmp(h.magic, BIG_BATCH_MAGIC, sizeof h.magic) != 0 || h.header_crc != header_crc(&h))
+    } else if (memcmp(h.magic, BIG_BATCH_MAGIC, sizeof h.magic) != 0 || h.header_crc != header_crc(&h)) {
         bad = "has a damaged header";
-    else if (h.version != BIG_BATCH_VERSION || h.header_size != sizeof h)
+    } else if (h.version != BIG_BATCH_VERSION || h.header_size != sizeof h) {
         bad = "has a format version this build does not read";
-    else if (h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
+    } else if (h.generation != f->generation || h.seq != f->seq || h.lsn != f->lsn ||
              h.n_entries != r.n_entries || h.payload_crc != r.payload_crc ||
              h.header_crc != r.header_crc || r.file_bytes != want || r.n_entries > UINT32_MAX) {
         snprintf(why, sizeof why, "holds another batch (seq %llu, generation %llu)",
@@ -277,13 +294,15 @@ int big_batch_visit(void *arg, const log_frame *f, const log_entry *e)
     } else if ((uint64_t)st.st_size < want) {
         bad = "is shorter than its entries (truncated)";
     }
-    void *map = bad ? MAP_FAILED : mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
-    if (!bad && map == MAP_FAILED) {
-        snprintf(why, sizeof why, "cannot be mapped (%s)", strerror(errno));
-        bad = why;
+    void *map = bad || failed ? MAP_FAILED : mmap(NULL, want, PROT_READ, MAP_SHARED, fd, 0);
+    if (!bad && !failed && map == MAP_FAILED) {
+        failed = "cannot be mapped";
+        err = errno;
     }
     if (own)
         close(fd);
+    if (failed)
+        return unreadable(s, f, failed, err);
     if (bad)
         return refuse(s, f, bad);
     const log_entry *entries = (const log_entry *)((const char *)map + sizeof h);

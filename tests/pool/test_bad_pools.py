@@ -1053,7 +1053,8 @@ def test_big_batch_file_missing_or_damaged(workdir):
     """`mango check` validates a pending big batch against its file: present,
     it passes (and inspect counts the file's blocks); missing, truncated or
     with one flipped byte, the pool is refused naming the file, by the
-    checker and by a real open, and left unchanged."""
+    checker and by a real open, and left unchanged; there but unreadable, the
+    checker exits 2 (could not read) rather than 1 (bad pool)."""
     p = make_pending_big_batch(workdir)
     big = p + ".bigbatch"
     info = inspect_json(p)
@@ -1090,6 +1091,18 @@ def test_big_batch_file_missing_or_damaged(workdir):
     with open(big, "wb") as f:
         f.write(flipped)
     refused("damaged header")
+    # There but unreadable (a symlink loop; as root, file modes would not
+    # stop the read): the pool is not bad, it could not be read. Exit 2 and
+    # MANGO_EIO, the pool unchanged (it was exit 1, "bad pool").
+    os.unlink(big)
+    os.symlink(os.path.basename(big), big)
+    before = sha256(p)
+    c = check(p)
+    assert c.returncode == 2 and "cannot be opened" in c.stderr, (c.returncode, c.stdout, c.stderr)
+    k = run(BIG_BATCH, "verify", "emulated", p, "0", "-")
+    assert k.returncode == 11, (k.returncode, k.stdout, k.stderr)  # MANGO_EIO, nothing applied
+    assert sha256(p) == before, "failing to read the big-batch file modified the pool"
+    os.unlink(big)
     shutil.copyfile(saved, big)
     assert check(p).returncode == 0
     v = run(BIG_BATCH, "verify", "emulated", p, "3", "-")

@@ -10,7 +10,10 @@
  *   - a big batch committed but not yet applied when the process dies: with
  *     its file missing, damaged, or replaced by an earlier big batch's,
  *     recovery refuses with MANGO_EBADPOOL and leaves the pool byte for byte
- *     unchanged; with the file put back it recovers the batch;
+ *     unchanged; with the file there but unreadable (a symlink loop: root
+ *     ignores file modes) it fails with MANGO_EIO, not a bad pool, and
+ *     leaves the pool unchanged too; with the file put back it recovers the
+ *     batch;
  *   - a big batch whose file's name is removed after it was acknowledged (a
  *     temp-file cleaner) is still applied, through the runtime's own
  *     descriptor: a clean shutdown and a crash once it is applied both
@@ -379,13 +382,19 @@ static int die_after(const char *pool, uint64_t n, const char *cd)
 }
 
 /* Verify child: 0 recovered and right (20: and a big batch was replayed from
- * its file), 10 refused with a big-batch reason, else a failure. */
+ * its file), 10 refused with a big-batch reason (a bad pool), 11 failed
+ * because the big-batch file could not be read (MANGO_EIO), else a failure. */
 static int verify(const char *mode, const char *pool, uint64_t min, uint64_t max)
 {
     int rc = start(pool, test_mode_named(mode));
     if (rc == MANGO_EBADPOOL && strstr(mango_last_error(), ".bigbatch")) {
         printf("verify: refused: %s\n", mango_last_error());
         return 10;
+    }
+    if (rc == MANGO_EIO && strstr(mango_last_error(), ".bigbatch") &&
+        strstr(mango_last_error(), "nothing was applied")) {
+        printf("verify: could not read: %s\n", mango_last_error());
+        return 11;
     }
     if (rc < 0) {
         fprintf(stderr, "verify: %s\n", mango_last_error());
@@ -418,7 +427,7 @@ static void bad_file_checks(const char *pool, const char *big_path)
     char aside[200], stale[200];
     snprintf(aside, sizeof aside, "%s.aside", big_path);
     snprintf(stale, sizeof stale, "%s.stale", big_path);
-    int refused_missing = 0, refused_damaged = 0, refused_stale = 0, attempts = 0;
+    int refused_missing = 0, refused_damaged = 0, refused_stale = 0, unreadable = 0, attempts = 0;
     for (; attempts < 10 && (!refused_missing || !refused_damaged || !refused_stale); attempts++) {
         unlink(pool);
         unlink(big_path);
@@ -457,14 +466,22 @@ static void bad_file_checks(const char *pool, const char *big_path)
         v = run_self("verify", "emulated", pool, "6");
         CHECK(v == 10 && file_hash(pool) == before);
         refused_damaged += v == 10;
+        /* unreadable: a symlink to itself (open fails with ELOOP) */
+        CHECK(unlink(big_path) == 0);
+        const char *base = strrchr(big_path, '/');
+        CHECK(symlink(base ? base + 1 : big_path, big_path) == 0);
+        v = run_self("verify", "emulated", pool, "6");
+        CHECK(v == 11 && file_hash(pool) == before);
+        unreadable += v == 11;
+        CHECK(unlink(big_path) == 0);
         /* put back: recovers batch 6 */
         CHECK(rename(aside, big_path) == 0);
         CHECK(run_self("verify", "emulated", pool, "6") == 20); /* batch 6 replayed from the file */
         CHECK(!file_exists(big_path)); /* recovery removed it */
     }
-    printf("unapplied big batch: %d attempts; refused missing %d, stale %d, damaged %d\n", attempts,
-           refused_missing, refused_stale, refused_damaged);
-    CHECK(refused_missing > 0 && refused_stale > 0 && refused_damaged > 0);
+    printf("unapplied big batch: %d attempts; refused missing %d, stale %d, damaged %d; unreadable %d\n",
+           attempts, refused_missing, refused_stale, refused_damaged, unreadable);
+    CHECK(refused_missing > 0 && refused_stale > 0 && refused_damaged > 0 && unreadable > 0);
     unlink(pool);
     unlink(big_path);
     unlink(aside);
