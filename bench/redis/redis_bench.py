@@ -109,7 +109,8 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
               "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
               "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb",
-              "replica_lag_kb_mean", "replica_lag_kb_max", "settle_s", "aof_rewrites_in_run"]
+              "replica_lag_kb_mean", "replica_lag_kb_max", "settle_s", "aof_rewrites_in_run",
+              "disk_flushes_per_kop", "disk_flush_us", "disk_write_us", "ops_per_log_sync"]
 
 
 def log(*a):
@@ -577,6 +578,42 @@ def proc_cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def disk_counters(path):
+    """(writes, write ms, flushes, flush ms) completed so far by the block device holding path,
+    from /sys/dev/block/MAJ:MIN/stat (Documentation/ABI/stable/sysfs-block), or None when path
+    is not on a block device (tmpfs) or the kernel does not count flushes. Counts the whole
+    device: anything else writing to it during a run is in them too."""
+    try:
+        dev = os.stat(path).st_dev
+        with open("/sys/dev/block/%d:%d/stat" % (os.major(dev), os.minor(dev))) as f:
+            v = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return None
+    if len(v) < 17:
+        return None
+    return v[4], v[7], v[15], v[16]
+
+
+def disk_during(before, after, ops):
+    """Per-run disk columns from two disk_counters(): flushes per 1000 operations, and the mean
+    time of one flush and of one write (µs; the kernel counts milliseconds summed over requests,
+    so a mean over a few thousand requests is good to a few µs). Empty strings where unknown."""
+    if before is None or after is None:
+        return dict(disk_flushes_per_kop="", disk_flush_us="", disk_write_us="")
+    writes, write_ms, flushes, flush_ms = (a - b for a, b in zip(after, before))
+    return dict(disk_flushes_per_kop="%.1f" % (1000.0 * flushes / ops) if ops > 0 else "",
+                disk_flush_us="%.0f" % (1000.0 * flush_ms / flushes) if flushes > 0 else "",
+                disk_write_us="%.0f" % (1000.0 * write_ms / writes) if writes > 0 else "")
+
+
+def log_syncs(srv):
+    """The durable server's log syncs so far (INFO mangosteen), or None for stock Redis."""
+    if not srv.system.startswith("durable"):
+        return None
+    v = info_section(srv.port, "mangosteen").get("mango_log_syncs")
+    return int(v) if v is not None else None
+
+
 def cpu_share(before, after):
     """Idle and steal percentages of the machine between two cpu_times()."""
     total = after[2] - before[2]
@@ -640,6 +677,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         settle_s = "%.2f" % settle_after_load(srv) if args.settle else ""
         rewrites0 = aof_rewrites(srv)
         mixarg = ["-w", mix] if mix in MIX_UPDATE_PCT else ["--update-pct", str(mix_update_pct(mix))]
+        syncs0 = log_syncs(srv)
+        d0 = disk_counters(args.fs_dir)
         t0 = cpu_times()
         s0 = proc_cpu_seconds(srv.proc.pid)
         if target:
@@ -660,6 +699,10 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
         qpush, qpop = queue.finish() if queue else ("", "")
         idle, steal = cpu_share(t0, cpu_times())
         s1 = proc_cpu_seconds(srv.proc.pid)
+        disk = disk_during(d0, disk_counters(args.fs_dir), int(res.get("ops", 0) or 0))
+        syncs1 = log_syncs(srv)
+        ops_per_sync = ("%.1f" % (int(res["ops"]) / (syncs1 - syncs0))
+                        if syncs0 is not None and syncs1 is not None and syncs1 > syncs0 else "")
         server_cpu = ("%.2f" % ((s1 - s0) * 1e6 / int(res["ops"]))
                       if s0 is not None and s1 is not None and int(res.get("ops", 0) or 0) > 0 else "")
         rewrites = aof_rewrites(srv)
@@ -682,7 +725,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""),
                     target_ops_per_sec=res.get("target_ops_per_sec", ""),
                     intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu,
-                    queue_pushes=qpush, queue_pops=qpop, settle_s=settle_s, aof_rewrites_in_run=rewrites)
+                    queue_pushes=qpush, queue_pops=qpop, settle_s=settle_s, aof_rewrites_in_run=rewrites,
+                    ops_per_log_sync=ops_per_sync, **disk)
     finally:
         if replica:
             replica.close()
@@ -912,6 +956,24 @@ def write_md(args, rows, path, meta, recovery_rows):
                 out.append("| %s | %s |" % (m, " | ".join(
                     "%.1f" % v if not math.isnan(v) else "-"
                     for v in (cell_value(rows, sy, c, m, "server_cpu_us_per_op") for sy in systems))))
+            out.append("")
+        # The disk during each run (the device holding --fs-dir, whole-device counts): how many
+        # flushes the system asked for per operation, and how long one took. A slow disk in one
+        # run shows here as longer flushes (docs/redis-benchmarks.md, session 40).
+        if any(not math.isnan(cell_value(rows, sy, c, m, "disk_flush_us")) for sy in systems for m in mixes):
+            out.append("The disk during the run (device of --fs-dir): flushes per 1000 operations / mean "
+                       "µs per flush; for durable Redis also operations per log sync (medians over the "
+                       "repetitions):\n")
+            out.append("| mix | " + " | ".join(systems) + " |")
+            out.append("|---|" + "---|" * len(systems))
+            for m in mixes:
+                cells = []
+                for sy in systems:
+                    fl, us = (cell_value(rows, sy, c, m, k) for k in ("disk_flushes_per_kop", "disk_flush_us"))
+                    ps = cell_value(rows, sy, c, m, "ops_per_log_sync")
+                    cell = "-" if math.isnan(fl) else "%.0f / %s" % (fl, "-" if math.isnan(us) else "%.0f" % us)
+                    cells.append(cell + ("" if math.isnan(ps) else "; %.1f" % ps))
+                out.append("| %s | %s |" % (m, " | ".join(cells)))
             out.append("")
         # Which operations make the p99: under AOF-always every reply of a pass waits for the same
         # fsync; in fs mode reads leave at once and updates wait for their sync (docs/redis.md).
