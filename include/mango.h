@@ -243,7 +243,8 @@ typedef struct mango_rpc_config {
     const char *host;     /* address to listen on: IPv4, IPv6 or a name (its first address
                            * that binds); NULL: 127.0.0.1 */
     uint16_t port;        /* 0: any free port (mango_rpc_port tells which) */
-    unsigned threads;     /* worker threads; 0: 8; less than mango_config.max_threads */
+    unsigned threads;     /* worker threads; 0: 8; at most 256 and less than
+                           * mango_config.max_threads (else MANGO_EINVAL) */
     uint32_t max_request; /* largest request payload in bytes; 0: 1 MiB; at most 1 GiB */
     const char *unix_path; /* non-NULL: listen on this Unix-domain socket instead of TCP (host
                             * and port unused; mango_rpc_port() is 0). A socket left there by a
