@@ -372,7 +372,8 @@ void mango_batch_room(uint64_t *used, uint64_t *capacity);
  * wrote before it (its replies' ticket is then durable). A batch that ends
  * (or is submitted) in bulk ends the bulk first. The batch may be paused
  * during the bulk (heap stores made while paused are logged too: the heap is
- * logged as it is). In mode none, or under MANGO_VERIFY, the pair is
+ * logged as it is). In mode none, or under the capture verifier
+ * (verify_capture, MANGO_VERIFY_CAPTURE=1), the pair is
  * accepted and changes nothing (every store is captured as usual).
  * MANGO_EINVAL: no batch open on this thread, begin twice, end without
  * begin, or begin on a paused batch. Test hook: MANGO_TEST_BULK_KILL_AFTER=N
