@@ -598,7 +598,8 @@ typedef struct mango_stats {
 void mango_get_stats(mango_stats *out);
 
 /* The persistence mode in effect ("emulated", "fs", "pmem", "sim", "none";
- * "auto" resolved) and the pool's path; "" before mango_init. */
+ * "auto" resolved) and the pool's path ("" in mode none, which opens no
+ * pool); both "" before mango_init. */
 const char *mango_mode_name(void);
 const char *mango_pool_path(void);
 

@@ -576,6 +576,8 @@ def test_control_mode_none_loses_everything_on_kill(server_factory):
     r = s.client()
     assert r.dbsize() == 0 and r.get("str:1mb") is None and s.client(3).dbsize() == 0
     assert state == "FRESH"
+    info = r.info("mangosteen")  # it said mango_mode:? (found by a review, session 40)
+    assert info["mango_mode"] == "none" and info.get("mango_pool", "") == "", info
 
 
 def test_control_mode_none_frees_a_flushall_at_once(server_factory):

@@ -1887,6 +1887,10 @@ void mango_get_stats(mango_stats *out)
     }
 }
 
-const char *mango_mode_name(void) { return rt.up ? persist_mode_name(rt.pool.pd.mode) : ""; }
+/* (Mode none opens no pool, so its persist mode is unset: "none", not "?".) */
+const char *mango_mode_name(void)
+{
+    return !rt.up ? "" : rt.durable ? persist_mode_name(rt.pool.pd.mode) : "none";
+}
 
 const char *mango_pool_path(void) { return rt.up ? rt.pool_path : ""; }
