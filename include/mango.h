@@ -237,8 +237,11 @@ int mango_client_submit(void *ctx, uint64_t *ticket);
  * and serves its other connections meanwhile. Requests of one connection run
  * in order; a client may send several before reading (pipelining).
  * A frame longer than max_request, a client that leaves its responses
- * unread for 10 s or a request frame incomplete for 10 s, or a command the
- * runtime refuses closes that connection only. Call after mango_init; one server per process. */
+ * unread for 10 s or a request frame incomplete for 10 s, an idle
+ * connection past idle_timeout_ms, or a command the runtime refuses closes
+ * that connection only. A connection over max_connections, or one that
+ * arrives while the process is out of descriptors, is accepted and closed
+ * at once. Call after mango_init; one server per process. */
 typedef struct mango_rpc_config {
     const char *host;     /* address to listen on: IPv4, IPv6 or a name (its first address
                            * that binds); NULL: 127.0.0.1 */
@@ -251,6 +254,14 @@ typedef struct mango_rpc_config {
                             * server that is gone is replaced; a live server's socket, or
                             * anything else, is refused (MANGO_EEXIST). Removed at stop if the
                             * path still names it. */
+    uint32_t max_connections; /* connections open at a time; 0: 1024; at most 1048576.
+                               * Past it a new one is accepted and closed at once
+                               * (mango_rpc_stats.rejected). With max_request it bounds
+                               * the memory incomplete request frames may take. */
+    uint32_t idle_timeout_ms; /* close a connection that has sent nothing for this long
+                               * while nothing of it is in progress (no partial frame,
+                               * no response unsent or held); 0: never; else 100 to
+                               * 86400000 (MANGO_EINVAL otherwise) */
 } mango_rpc_config;
 
 typedef struct mango_rpc_stats {
@@ -265,6 +276,9 @@ typedef struct mango_rpc_stats {
                              * the worker served other requests (fs, sim modes) */
     uint64_t frame_timeouts; /* connections closed for leaving a request frame incomplete
                               * for 10 s (MANGO_RPC_FRAME_TIMEOUT_MS) */
+    uint64_t rejected;      /* connections closed on arrival: max_connections were open,
+                             * or the process was out of descriptors (not in accepted) */
+    uint64_t idle_timeouts; /* connections closed after idle_timeout_ms with nothing sent */
 } mango_rpc_stats;
 
 /* Returns once the server listens: 0, or MANGO_EINVAL (bad configuration,

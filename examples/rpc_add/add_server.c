@@ -193,6 +193,11 @@ static void usage(FILE *f)
 "                     while their commands become durable and serves its other\n"
 "                     connections meanwhile (fs, sim modes), so one per CPU is\n"
 "                     enough for many clients\n"
+"  --max-connections N\n"
+"                     connections open at a time, 1-1048576 (default 1024); one\n"
+"                     more is accepted and closed at once\n"
+"  --idle-timeout MS  close a connection that sent nothing for MS milliseconds with\n"
+"                     nothing in progress, 100-86400000 (default: never)\n"
 "  --unkeyed-reads    GETs do not name their counter (mango request_keys):\n"
 "                     each waits for every ADD in flight (for comparison)\n"
 "  --help             this text\n"
@@ -237,6 +242,7 @@ int main(int argc, char **argv)
         {"pool-size", required_argument, 0, 's'}, {"log-size", required_argument, 0, 'l'},
         {"host", required_argument, 0, 'H'}, {"unix", required_argument, 0, 'U'},
         {"port", required_argument, 0, 'P'}, {"threads", required_argument, 0, 't'},
+        {"max-connections", required_argument, 0, 'c'}, {"idle-timeout", required_argument, 0, 'i'},
         {"unkeyed-reads", no_argument, 0, 'u'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     bool keyed_reads = true;
     int o;
@@ -255,6 +261,12 @@ int main(int argc, char **argv)
         case 'U': rc.unix_path = optarg; break;
         case 'P': rc.port = (uint16_t)parse_num("add_server", optarg, "--port", 0, 65535, false); break;
         case 't': rc.threads = (unsigned)parse_num("add_server", optarg, "--threads", 1, 256, false); break;
+        case 'c':
+            rc.max_connections = (uint32_t)parse_num("add_server", optarg, "--max-connections", 1, 1u << 20, false);
+            break;
+        case 'i':
+            rc.idle_timeout_ms = (uint32_t)parse_num("add_server", optarg, "--idle-timeout", 100, 86400000, false);
+            break;
         case 'u': keyed_reads = false; break;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 2;
@@ -305,9 +317,9 @@ int main(int argc, char **argv)
     int rc_shut = mango_shutdown();
     printf("add_server: stopped by signal %d: connections=%" PRIu64 " requests=%" PRIu64
            " bad_frames=%" PRIu64 " send_timeouts=%" PRIu64 " refused=%" PRIu64 " held=%" PRIu64
-           " frame_timeouts=%" PRIu64 "\n",
+           " frame_timeouts=%" PRIu64 " rejected=%" PRIu64 " idle_timeouts=%" PRIu64 "\n",
            sig, rs.accepted, rs.requests, rs.bad_frames, rs.send_timeouts, rs.refused, rs.held,
-           rs.frame_timeouts);
+           rs.frame_timeouts, rs.rejected, rs.idle_timeouts);
     if (rc_shut != MANGO_OK) {
         fprintf(stderr, "add_server: shutdown: %s\n", mango_last_error());
         return 1;

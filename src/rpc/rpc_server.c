@@ -38,7 +38,17 @@
  * (MANGO_RPC_SEND_TIMEOUT_MS in the environment), a request frame left
  * incomplete for 10 s (MANGO_RPC_FRAME_TIMEOUT_MS), or a command the runtime
  * refused (then nothing of it may be acknowledged). The counters in
- * mango_rpc_stats say why.
+ * mango_rpc_stats say why. With idle_timeout_ms set, a connection with
+ * nothing in progress that sends nothing for that long is closed too.
+ *
+ * Admission: at most max_connections are open at a time (1024 by default);
+ * the acceptor accepts one more and closes it at once, so its client sees
+ * the close instead of waiting unanswered in the listen backlog. Out of
+ * descriptors (EMFILE), it does the same with a descriptor it keeps spare
+ * for that. Both count in rejected. So the memory that incomplete frames
+ * may take is bounded by max_connections * max_request (found by a review,
+ * session 40: connections were limited only by the descriptor limit, and
+ * past it new clients hung in the backlog).
  */
 #define _GNU_SOURCE
 #include "rpc/rpc_server.h"
@@ -46,6 +56,7 @@
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -73,6 +84,9 @@
 #define RPC_OUT_CHUNK 4096               /* output buffer to start with */
 #define RPC_MAX_HELD 1024                /* held responses per connection before it stops reading */
 #define RPC_MAX_HELD_BYTES (4u << 20)    /* or bytes of them */
+#define RPC_DEFAULT_MAX_CONNECTIONS 1024
+#define RPC_MAX_CONNECTIONS (1u << 20)
+#define RPC_MAX_IDLE_TIMEOUT_MS 86400000u
 
 enum watching { W_READ, W_WRITE, W_NONE };
 
@@ -98,6 +112,7 @@ typedef struct conn {
     enum watching watching;
     uint64_t out_since_ms;            /* while W_WRITE: when the client last took some */
     uint64_t frame_since_ms;          /* when the frame at the head of buf began to arrive */
+    uint64_t input_since_ms;          /* with idle_timeout_ms: when it last sent something */
     bool partial;                     /* counted in n_partial: may hold an incomplete frame */
     struct conn *prev, *next;         /* the worker's list */
     struct conn *hprev, *hnext;       /* the worker's list of conns with held responses */
@@ -142,8 +157,10 @@ struct rpc_server {
     worker *workers;
     unsigned n_workers;
     bool pipelined; /* commits are pipelined: responses are held, not waited for */
-    /* mango_rpc_stats */
+    int spare_fd;   /* /dev/null, given up to accept and close a client when out of descriptors */
+    /* mango_rpc_stats (accepted - closed: the connections open) */
     _Atomic uint64_t accepted, closed, requests, bad_frames, send_timeouts, refused, held, frame_timeouts;
+    _Atomic uint64_t rejected, idle_timeouts;
 };
 
 /* ---- connections (worker thread only) --------------------------------- */
@@ -186,6 +203,8 @@ static void conn_close(worker *w, conn *c)
     atomic_fetch_add(&w->srv->closed, 1);
 }
 
+static uint64_t now_ms(void);
+
 static void conn_open(worker *w, int fd)
 {
     rpc_server *s = w->srv;
@@ -195,6 +214,8 @@ static void conn_open(worker *w, int fd)
         return;
     }
     c->fd = fd;
+    if (s->cfg.idle_timeout_ms)
+        c->input_since_ms = now_ms();
     mango_client_params params = {.client_id = atomic_fetch_add(&s->next_client_id, 1) + 1};
     c->ctx = s->cb->init_client(&params);
     struct epoll_event ev = {.events = EPOLLIN | EPOLLRDHUP, .data.ptr = c};
@@ -577,8 +598,12 @@ static bool conn_readable(worker *w, conn *c)
     for (;;) {
         ssize_t k = recv(c->fd, c->buf + c->len, room, 0);
         if (k > 0) {
-            if (c->len == 0) /* a new frame begins */
-                c->frame_since_ms = now_ms();
+            if (c->len == 0 || w->srv->cfg.idle_timeout_ms) {
+                uint64_t now = now_ms();
+                if (c->len == 0) /* a new frame begins */
+                    c->frame_since_ms = now;
+                c->input_since_ms = now;
+            }
             c->len += (size_t)k;
             return run_requests(w, c) && settle(w, c);
         }
@@ -630,16 +655,23 @@ static bool conn_writable(worker *w, conn *c)
 
 /* Closes the connections whose client left responses unread for the send
  * timeout, or left a request frame incomplete for the frame timeout (it
- * would keep up to max_request bytes of buffer). Looks every 100 ms. */
+ * would keep up to max_request bytes of buffer), or, with idle_timeout_ms,
+ * sent nothing for that long with nothing in progress. Looks every 100 ms
+ * (the worker wakes at least once a second while an idle timeout is set). */
 static void close_stalled(worker *w)
 {
     uint64_t now = now_ms();
     if (now - w->last_scan_ms < 100)
         return;
     w->last_scan_ms = now;
+    uint64_t idle_ms = w->srv->cfg.idle_timeout_ms;
     for (conn *c = w->conns, *next; c; c = next) {
         next = c->next;
-        if (c->watching == W_WRITE && now - c->out_since_ms >= w->srv->send_timeout_ms) {
+        if (idle_ms && c->watching == W_READ && c->len == 0 && c->n_held == 0 && c->out_off == c->out_len &&
+            !c->eof && now - c->input_since_ms >= idle_ms) {
+            atomic_fetch_add(&w->srv->idle_timeouts, 1);
+            conn_close(w, c);
+        } else if (c->watching == W_WRITE && now - c->out_since_ms >= w->srv->send_timeout_ms) {
             atomic_fetch_add(&w->srv->send_timeouts, 1);
             conn_close(w, c);
         } else if (c->partial) {
@@ -681,7 +713,8 @@ static void *worker_main(void *arg)
     worker *w = arg;
     struct epoll_event evs[64];
     while (!atomic_load(&w->srv->stop)) {
-        int timeout = await_durable(w, w->n_blocked || w->n_partial ? 100 : -1);
+        bool idle_timed = w->srv->cfg.idle_timeout_ms && w->n_conns;
+        int timeout = await_durable(w, w->n_blocked || w->n_partial ? 100 : idle_timed ? 1000 : -1);
         int n = epoll_wait(w->epfd, evs, 64, timeout);
         if (n < 0)
             continue; /* EINTR (nothing else can fail on a valid epoll fd) */
@@ -704,7 +737,7 @@ static void *worker_main(void *arg)
                 conn_close(w, c);
         }
         w->events_left = 0;
-        if (w->n_blocked || w->n_partial)
+        if (w->n_blocked || w->n_partial || idle_timed)
             close_stalled(w);
     }
     /* Stopping: the commands that ran are answered once durable (one try to
@@ -722,6 +755,26 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
+/* Out of descriptors: gives up the spare one to take the waiting client and
+ * close it at once (it would wait unanswered in the backlog), then takes the
+ * spare back. Returns false if there was none to give (another thread took
+ * the slot last time): then the caller waits and retries. */
+static bool reject_with_spare(rpc_server *s)
+{
+    if (s->spare_fd < 0) {
+        s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        return false;
+    }
+    close(s->spare_fd);
+    int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) {
+        close(fd);
+        atomic_fetch_add(&s->rejected, 1);
+    }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    return fd >= 0;
+}
+
 static void *acceptor_main(void *arg)
 {
     rpc_server *s = arg;
@@ -731,6 +784,8 @@ static void *acceptor_main(void *arg)
         if (fd < 0) {
             if (atomic_load(&s->stop))
                 break; /* the listener was shut down */
+            if ((errno == EMFILE || errno == ENFILE) && reject_with_spare(s))
+                continue;
             /* Anything else is retried: accept() also reports a pending
              * network error of the connection it dropped (EPROTO, ENETDOWN,
              * ...); out of descriptors or memory, some may be freed soon. */
@@ -741,6 +796,11 @@ static void *acceptor_main(void *arg)
         if (atomic_load(&s->stop)) {
             close(fd);
             break;
+        }
+        if (atomic_load(&s->accepted) - atomic_load(&s->closed) >= s->cfg.max_connections) {
+            close(fd); /* (closed is counted once a worker has closed one) */
+            atomic_fetch_add(&s->rejected, 1);
+            continue;
         }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -978,8 +1038,23 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         free(s);
         return mango_error(MANGO_EINVAL, "mango_rpc_start: max_request %u is over 1 GiB", cfg->max_request);
     }
+    if (s->cfg.max_connections == 0)
+        s->cfg.max_connections = RPC_DEFAULT_MAX_CONNECTIONS;
+    if (s->cfg.max_connections > RPC_MAX_CONNECTIONS) {
+        free(s);
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: max_connections %u is over %u", cfg->max_connections,
+                           RPC_MAX_CONNECTIONS);
+    }
+    if (s->cfg.idle_timeout_ms && (s->cfg.idle_timeout_ms < 100 || s->cfg.idle_timeout_ms > RPC_MAX_IDLE_TIMEOUT_MS)) {
+        free(s);
+        return mango_error(MANGO_EINVAL, "mango_rpc_start: idle_timeout_ms %u: expected 0 (never) or 100 to %u",
+                           cfg->idle_timeout_ms, RPC_MAX_IDLE_TIMEOUT_MS);
+    }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* (-1: taken later, when it can be) */
     int rc = open_listener(s);
     if (rc != MANGO_OK) {
+        if (s->spare_fd >= 0)
+            close(s->spare_fd);
         free(s);
         return rc;
     }
@@ -987,6 +1062,8 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
     s->workers = calloc(s->n_workers, sizeof *s->workers);
     if (!s->workers) {
         close_listener(s);
+        if (s->spare_fd >= 0)
+            close(s->spare_fd);
         free(s);
         return mango_error(MANGO_ENOMEM, "mango_rpc_start: out of memory");
     }
@@ -1019,6 +1096,8 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         stop_workers(s, started);
         close_listener(s);
         free_workers(s);
+        if (s->spare_fd >= 0)
+            close(s->spare_fd);
         free(s);
         return rc;
     }
@@ -1038,6 +1117,8 @@ void rpc_server_stats(const rpc_server *s, mango_rpc_stats *out)
     out->refused = atomic_load(&s->refused);
     out->held = atomic_load(&s->held);
     out->frame_timeouts = atomic_load(&s->frame_timeouts);
+    out->rejected = atomic_load(&s->rejected);
+    out->idle_timeouts = atomic_load(&s->idle_timeouts);
 }
 
 void rpc_server_stop(rpc_server *s)
@@ -1048,5 +1129,7 @@ void rpc_server_stop(rpc_server *s)
     close_listener(s);
     stop_workers(s, s->n_workers);
     free_workers(s);
+    if (s->spare_fd >= 0)
+        close(s->spare_fd);
     free(s);
 }

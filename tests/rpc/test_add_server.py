@@ -647,6 +647,141 @@ def test_an_incomplete_frame_is_closed_after_the_frame_timeout(pool):
     assert "frame_timeouts=2" in out, out
 
 
+def closed_within(sock, seconds):
+    """True if the server closes sock (EOF or reset) within seconds."""
+    sock.settimeout(seconds)
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+    finally:
+        sock.settimeout(30)
+
+
+def served_soon(port, seconds=3.0):
+    """A new client's GET is answered within seconds (retrying while the
+    server still counts a connection that was just closed)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        c = Client(port)
+        c.s.settimeout(1)
+        try:
+            return c.get(1) == 0
+        except (ConnectionError, socket.timeout):
+            time.sleep(0.05)
+        finally:
+            c.close()
+    return False
+
+
+def test_connections_past_max_connections_are_closed_at_once(pool):
+    """--max-connections 3 (mango_rpc_config.max_connections): three
+    clients are served; a fourth is accepted and closed at once, not left
+    waiting; once one of the three leaves, a new client is served again.
+    (A review found no limit but the descriptor limit: connections times
+    max_request bounded nothing.)"""
+    srv = Server(pool, "emulated", threads=1, extra=["--max-connections", "3"]).start()
+    conns = [Client(srv.port) for _ in range(3)]
+    for c in conns:
+        assert c.get(1) == 0
+    extra = Client(srv.port)
+    assert closed_within(extra.s, 3), "a connection past max_connections was left open"
+    extra.close()
+    assert all(c.get(1) == 0 for c in conns)
+    conns.pop().close()
+    assert served_soon(srv.port), "no room after a connection left"
+    for c in conns:
+        c.close()
+    out = srv.stop()
+    # (served_soon's first try may come before the worker saw the close)
+    assert int(out.split("rejected=")[1].split()[0]) >= 1, out
+
+
+def test_out_of_descriptors_new_clients_are_closed_at_once(pool):
+    """The server at its descriptor limit (RLIMIT_NOFILE 64): the clients
+    past it are accepted and closed at once with the descriptor kept spare
+    for that, instead of waiting unanswered in the listen backlog (found by
+    a review: a client there timed out after 5 s); once some leave, new
+    clients are served."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    srv = Server(pool, "emulated", threads=1)
+    srv.proc = None
+    proc = subprocess.Popen([BINARY, "--pool", pool, "--mode", "emulated", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
+    srv.proc = proc
+    line = proc.stdout.readline()
+    assert line.startswith("add_server: listening on"), (line, proc.stderr.read())
+    srv.port = int(line.split()[3].rsplit(":", 1)[1])
+    in_use = len(os.listdir("/proc/%d/fd" % proc.pid))
+    room = 64 - in_use
+    assert room > 4, in_use
+    served = []
+    for _ in range(room):
+        c = Client(srv.port)
+        c.s.settimeout(3)
+        try:
+            if c.get(1) == 0:
+                served.append(c)
+                continue
+        except (ConnectionError, socket.timeout):
+            pass
+        c.close()
+        break
+    assert len(served) >= room - 2, (len(served), room)  # (the worker's own descriptors are in in_use)
+    late = [Client(srv.port) for _ in range(5)]
+    t0 = time.monotonic()
+    assert all(closed_within(c.s, 3) for c in late), "a client past the descriptor limit was left waiting"
+    assert time.monotonic() - t0 < 3
+    for c in late:
+        c.close()
+    for c in served[:5]:
+        c.close()
+    assert served_soon(srv.port), "no client served after some left"
+    for c in served[5:]:
+        c.close()
+    out = srv.stop()
+    rejected = int(out.split("rejected=")[1].split()[0])
+    assert rejected >= 5, out
+
+
+def test_idle_connections_are_closed_after_the_idle_timeout(pool):
+    """--idle-timeout 400 (mango_rpc_config.idle_timeout_ms): a client that
+    sent nothing for that long is closed within about a second after it; a
+    client that sends every 100 ms, and one in the middle of a frame (the
+    frame timeout's business, 10 s), are not. Without it an idle connection
+    is kept for good."""
+    srv = Server(pool, "emulated", threads=1, extra=["--idle-timeout", "400"]).start()
+    idle, busy, partial = Client(srv.port), Client(srv.port), Client(srv.port)
+    assert idle.get(1) == 0
+    partial.s.sendall(frame(b"A" + struct.pack("<Iq", 1, 1))[:6])
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 2.0:
+        assert busy.get(1) == 0
+        time.sleep(0.1)
+    assert closed_by_server(idle.s), "an idle connection outlived the idle timeout"
+    assert not closed_by_server(partial.s), "a connection inside a frame was closed as idle"
+    assert busy.get(1) == 0
+    for c in (idle, busy, partial):
+        c.close()
+    out = srv.stop()
+    assert "idle_timeouts=1" in out, out
+    # Without --idle-timeout: kept.
+    srv = Server(pool, "emulated", threads=1).start()
+    idle = Client(srv.port)
+    assert idle.get(1) == 0
+    time.sleep(1.5)
+    assert not closed_by_server(idle.s) and idle.get(1) == 0
+    idle.close()
+    out = srv.stop()
+    assert "idle_timeouts=0" in out, out
+
+
 def test_bad_options(pool):
     for args in (["--mode", "tape"], ["--port", "70000"], ["--threads", "0"], ["--pool-size", "big"], ["extra"]):
         p = subprocess.run([BINARY] + args, capture_output=True, text=True)
@@ -655,7 +790,9 @@ def test_bad_options(pool):
     # Numbers are checked whole (found by a review): 17179869184G wrapped to 0
     # and 0 gave a 1 GiB pool (the runtime's default for 0), and the server ran;
     # -1 failed later with exit 1; an empty --port was port 0.
-    for opt, val in (("--pool-size", "17179869184G"), ("--pool-size", "0"), ("--pool-size", "-1"),
+    for opt, val in (("--max-connections", "0"), ("--max-connections", "1048577"), ("--idle-timeout", "99"),
+                     ("--idle-timeout", "86400001"), ("--idle-timeout", "-1"),
+                     ("--pool-size", "17179869184G"), ("--pool-size", "0"), ("--pool-size", "-1"),
                      ("--pool-size", "1023K"), ("--pool-size", " 64M"), ("--log-size", "0"), ("--log-size", "-64K"),
                      ("--log-size", "99999999999999G"), ("--port", ""), ("--port", "-0"), ("--port", "+80"),
                      ("--threads", "4294967297"), ("--threads", " 2")):

@@ -5,6 +5,7 @@
  * wrapped around to 501 ms). Every such value must now fail with
  * MANGO_EINVAL and a message naming the variable; digits in range work. */
 #define _GNU_SOURCE
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,28 @@ int main(void)
         start_with(names[n], "100", true);
         start_with(names[n], "0500", true);
         start_with(names[n], "3600000", true);
+    }
+
+    /* max_connections and idle_timeout_ms (session 40): out of range is
+     * refused naming the field; the bounds and 0 (the defaults) start. */
+    static const struct { uint32_t max_connections, idle_timeout_ms; bool ok; const char *name; } limits[] = {
+        {(1u << 20) + 1, 0, false, "max_connections"}, {UINT32_MAX, 0, false, "max_connections"},
+        {0, 99, false, "idle_timeout_ms"}, {0, 1, false, "idle_timeout_ms"},
+        {0, 86400001, false, "idle_timeout_ms"}, {0, UINT32_MAX, false, "idle_timeout_ms"},
+        {1u << 20, 0, true, NULL}, {1, 100, true, NULL}, {0, 86400000, true, NULL}, {0, 0, true, NULL}};
+    for (size_t i = 0; i < sizeof limits / sizeof *limits; i++) {
+        mango_rpc_config lc = {.threads = 1, .max_connections = limits[i].max_connections,
+                               .idle_timeout_ms = limits[i].idle_timeout_ms};
+        r = mango_rpc_start(&lc);
+        printf("max_connections %u idle_timeout_ms %u: %d %s\n", lc.max_connections, lc.idle_timeout_ms, r,
+               r ? mango_last_error() : "");
+        if (limits[i].ok) {
+            CHECK(r == MANGO_OK);
+        } else {
+            CHECK(r == MANGO_EINVAL && strstr(mango_last_error(), limits[i].name) != NULL);
+        }
+        if (r == MANGO_OK)
+            mango_rpc_stop();
     }
 
     mango_shutdown();
