@@ -141,16 +141,14 @@ pkgsrc=$(ls -d "$work"/src-pkg/redis-$upstream 2>/dev/null | head -n1 || true)
 # its inline header changed (stamp = their hash).
 # Every input must exist: the hash below would otherwise fail under pipefail
 # inside an assignment, which set -e ends without a word (found by a review).
-for f in "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" \
-    "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$here/mango_replication.c" \
-    "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" "$mango_build/lib/MangoCapture.so" \
-    "$repo/include/mango_capture_inline.h" "$repo/include/mango.h"; do
+inputs=("$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c"
+    "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" "$here/mango_replication.c"
+    "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" "$mango_build/lib/MangoCapture.so"
+    "$repo/include/mango_capture_inline.h" "$repo/include/mango.h")
+for f in "${inputs[@]}"; do
     [ -f "$f" ] || die "missing build input $f (build Mangosteen first: bash scripts/build.sh)"
 done
-inputs_hash=$(cat "$here/mango.patch" "$here/mango_adapter.c" "$here/mango_adapter.h" "$here/mango_release.c" "$here/mango_functions.c" "$here/mango_heap_check.c" "$here/mango_snapshot.c" \
-    "$here/mango_replication.c" "$here/mango_sd_notify.c" "$here/mango-systemd/systemd/sd-daemon.h" \
-    "$mango_build/lib/MangoCapture.so" "$repo/include/mango_capture_inline.h" "$repo/include/mango.h" \
-    | sha256sum | cut -c1-16)
+inputs_hash=$(cat "${inputs[@]}" | sha256sum | cut -c1-16)
 if [ ! -f "$srcdir/.mango-$inputs_hash" ]; then
     say "preparing $srcdir (patch + adapter, inputs $inputs_hash)"
     rm -rf "$srcdir"

@@ -35,17 +35,25 @@ static struct {
     long long ended; /* unix time */
 } last = {.status = "none"};
 
-/* Is dir the server's working directory (`dir`, where SAVE writes: Redis
- * chdirs there)? Any client allowed MANGOSNAPSHOT may write a snapshot there,
- * as BGSAVE may; a file anywhere else takes what moving `dir` takes,
- * enable-protected-configs (noted by reviews, sessions 36-37: the command
- * could create a file at any path the server may write). Both sides are
- * resolved, so a symlinked folder counts where it leads. */
+/* Is dir in the server's working directory (`dir`, where SAVE writes: Redis
+ * chdirs there), or in a folder under it? Any client allowed MANGOSNAPSHOT
+ * may write a snapshot there, as BGSAVE may; a file anywhere else takes
+ * what moving `dir` takes, enable-protected-configs (noted by reviews,
+ * sessions 36-37: the command could create a file at any path the server
+ * may write). Both sides are resolved, so a symlinked folder counts where
+ * it leads. (Until session 40 only `dir` itself was accepted, and a
+ * subfolder was refused as "not in" it: found by a review.) */
 static int in_working_directory(const char *dir, char here[PATH_MAX])
 {
     char there[PATH_MAX];
-    if (!realpath(".", here)) snprintf(here, PATH_MAX, "(the working directory: %s)", strerror(errno));
-    return realpath(".", here) && realpath(dir, there) && strcmp(here, there) == 0;
+    if (!realpath(".", here)) {
+        snprintf(here, PATH_MAX, "(the working directory: %s)", strerror(errno));
+        return 0;
+    }
+    if (!realpath(dir, there)) return 0;
+    size_t n = strlen(here);
+    if (n == 1) return 1; /* "/": everything is under it */
+    return strncmp(here, there, n) == 0 && (there[n] == 0 || there[n] == '/');
 }
 
 void mangoSnapshotCommand(client *c)
@@ -88,7 +96,7 @@ void mangoSnapshotCommand(client *c)
         !allowProtectedAction(server.enable_protected_configs, c)) {
         addReplyErrorFormat(c, "MANGOSNAPSHOT writes outside the working directory (dir) only with "
                             "enable-protected-configs yes (or local, from a local connection), as moving dir "
-                            "does: %s is not in %s", path, here);
+                            "does: %s is not in %s or a folder under it", path, here);
         return;
     }
     pending = sdsnew(path);

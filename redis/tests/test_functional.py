@@ -1037,7 +1037,10 @@ def test_a_pool_snapshot_outside_dir_needs_protected_configs(server_factory):
     enable-protected-configs (yes, or local from a local connection). Before
     session 37 any client could create a pool file at any path the server
     could write (noted by reviews, sessions 36-37). A folder in dir that is
-    a symlink to elsewhere counts as elsewhere."""
+    a symlink to elsewhere counts as elsewhere; a real folder under dir
+    counts as in it (it was refused as "not in" dir until session 40: found
+    by a review), and so does a name with ".." that leads back into dir,
+    while one that leads out of it does not."""
     s = server_factory("emulated")
     r = s.client()
     r.set("k", "v")
@@ -1051,10 +1054,19 @@ def test_a_pool_snapshot_outside_dir_needs_protected_configs(server_factory):
         assert r.info("mangosteen")["mango_snapshot_last_status"] == "ok"
 
     try:
-        for path in (os.path.join(outside, "a.pool"), os.path.join(s.dir, "link", "a.pool")):
+        os.makedirs(os.path.join(s.dir, "backups", "daily"))
+        os.makedirs(s.dir + "-sib")
+        for path in (os.path.join(outside, "a.pool"), os.path.join(s.dir, "link", "a.pool"),
+                     os.path.join(s.dir, "backups", "..", "..", os.path.basename(outside), "b.pool"),
+                     os.path.join(s.dir + "-sib", "c.pool")):  # (a name that only starts like dir)
             with pytest.raises(ResponseError, match="outside the working directory .* enable-protected-configs"):
                 r.execute_command("MANGOSNAPSHOT", path)
         assert os.listdir(outside) == []
+        snapshot_to("backups/sub.pool")  # a folder under dir
+        snapshot_to(os.path.join(s.dir, "backups", "daily", "deeper.pool"))
+        snapshot_to(os.path.join(s.dir, "backups", "..", "dotdot.pool"))
+        for name in ("backups/sub.pool", "backups/daily/deeper.pool", "dotdot.pool"):
+            assert os.path.exists(os.path.join(s.dir, name)), name
         snapshot_to("in-dir.pool")  # relative: in dir
         snapshot_to(os.path.join(s.dir, "also-in-dir.pool"))
         assert os.path.exists(os.path.join(s.dir, "in-dir.pool"))
@@ -1066,6 +1078,7 @@ def test_a_pool_snapshot_outside_dir_needs_protected_configs(server_factory):
         assert os.path.exists(os.path.join(outside, "a.pool"))
     finally:
         shutil.rmtree(outside, ignore_errors=True)
+        shutil.rmtree(s.dir + "-sib", ignore_errors=True)
 
 
 @pytest.mark.parametrize("mode", ["emulated", "fs"])
