@@ -86,7 +86,7 @@ def test_refusals_leave_nothing_behind(workdir):
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         r = copy(p, dest)
-        assert r.returncode == 2 and "in use by another process" in r.stderr and "BGSAVE" in r.stderr, r.stderr
+        assert r.returncode == 2 and "in use by another process" in r.stderr and "MANGOSNAPSHOT" in r.stderr, r.stderr
     finally:
         os.close(fd)
     assert leftovers(workdir, ["pool"]) == []

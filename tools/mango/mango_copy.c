@@ -45,8 +45,9 @@ const char *copy_usage =
     "    POOL is validated and held with a shared lock while it is copied, so a\n"
     "    pool that a running process has open is refused (stop the process, or\n"
     "    have the application write a snapshot: mango_snapshot() in mango.h writes\n"
-    "    a running process's state as a new pool; durable Redis: BGSAVE), and no\n"
-    "    process can open it until the copy is done. A plain cp of a pool in use\n"
+    "    a running process's state as a new pool; durable Redis: MANGOSNAPSHOT\n"
+    "    PATH, BGSAVE writing an RDB file), and no process can open it until the\n"
+    "    copy is done. A plain cp of a pool in use\n"
     "    can capture a state that never existed.\n"
     "\n"
     "    The copy is sparse (holes and all-zero chunks are not written; DEST has\n"
@@ -243,7 +244,7 @@ int cmd_copy(int argc, char **argv)
     if (rc != MANGO_OK) {
         fprintf(stderr, "mango copy: %s%s\n", mango_last_error(),
                 rc == MANGO_EBUSY ? "; stop that process first, or have the application write a snapshot "
-                                    "(mango_snapshot(); durable Redis: BGSAVE)" : "");
+                                    "(mango_snapshot(); durable Redis: MANGOSNAPSHOT PATH)" : "");
         return exit_code_for(rc);
     }
     struct stat st;
