@@ -690,7 +690,8 @@ def main():
     ap.add_argument("--lincheck-explain-timeout", default="20s",
                     help="time the checker may spend explaining a history it found not linearizable "
                          "(the verdict stands either way)")
-    ap.add_argument("--pool", help="pool file (default /dev/shm/mango-redis-crash.<pid>.pool); deleted")
+    ap.add_argument("--pool", help="pool file (default /dev/shm/mango-redis-crash.<pid>.pool); deleted at "
+                    "the end unless a write was lost or the run stopped early")
     ap.add_argument("--work", help="work folder (default: a new one under /tmp, removed on success)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--seed", type=int, default=None)
@@ -755,6 +756,7 @@ def main():
     bad_replies = 0
     t_start = time.monotonic()
     kill_wall = None
+    finished = False
     try:
         for epoch in range(1, args.rounds + 2):
             early = None
@@ -815,10 +817,16 @@ def main():
                 f"{'shut down' if clean else 'killed'} after {delay * 1000:.0f} ms: ops={m.group(1)} "
                 f"acked_writes={m.group(2)} "
                 f"cut_off={m.group(3)}")
+        finished = True
     finally:
         server.kill()
+        # A pool that lost a write, or a run that stopped on an error, is
+        # evidence: kept, with the history and logs in the work folder.
         if os.path.exists(pool):
-            os.unlink(pool)
+            if finished and lost == 0:
+                os.unlink(pool)
+            else:
+                log(f"crash: the pool is kept at {pool} (lost={lost}{'' if finished else ', the run stopped early'})")
     elapsed = time.monotonic() - t_start
 
     if checker:

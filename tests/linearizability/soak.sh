@@ -20,7 +20,17 @@ case "$target" in
   kv) [ -x "$kv" ] ;;
   rpc) [ -x "$server" ] ;;
   *) echo "soak: the fourth argument is kv or rpc, not '$target'" >&2; exit 2 ;;
-esac && [ -x "$check" ] || { echo "soak: build first (ctest builds $check)" >&2; exit 2; }
+esac || { echo "soak: build first (bash scripts/build.sh)" >&2; exit 2; }
+if [ ! -x "$check" ]; then
+  # The Porcupine checker is built by ctest's history tests; build it here if
+  # no ctest ran yet (scripts/build.sh does not), as run_history.cmake does.
+  go=$(command -v go || echo /usr/local/go/bin/go)
+  [ -x "$go" ] || { echo "soak: $check is missing and there is no go to build it (bash scripts/setup.sh)" >&2; exit 2; }
+  echo "soak: building the checker $check"
+  mkdir -p "$(dirname "$check")"
+  (cd "$here" && "$go" build -buildvcs=false -o "$(cd "$(dirname "$check")" && pwd)/$(basename "$check")" .) ||
+    { echo "soak: building the checker failed" >&2; exit 2; }
+fi
 work=$(mktemp -d /dev/shm/mango-hsoak.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 total_ops=0; total_pending=0; total_rounds=0
