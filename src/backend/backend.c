@@ -20,6 +20,18 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
+/* Does block entry e, in data region r, write a byte below r's loader_end? */
+static bool writes_loader_bytes(const pool *p, const pool_region *r, const log_entry *e)
+{
+    uint64_t end = p->loader_end[r - p->regions];
+    if (r->kind != POOL_REGION_DATA || e->addr >= end)
+        return false;
+    for (unsigned b = 0; b < LOG_BLOCK_SIZE && e->addr + b < end; b++)
+        if (e->mask & (1u << b))
+            return true;
+    return false;
+}
+
 const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len)
 {
     *addr = e->addr & ~LOG_ZERO_TAG;
@@ -58,11 +70,19 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
             i += (uint32_t)log_entry_slots(&e[i]);
             continue;
         }
+        const pool_region *r = NULL;
         if (log_entry_is_zero(&e[i]) ? !backend_zero_range(p, &e[i], &a, &n)
-                                     : !region_of(p, e[i].addr) || e[i].addr % LOG_BLOCK_SIZE)
+                                     : !(r = region_of(p, e[i].addr)) || e[i].addr % LOG_BLOCK_SIZE)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
                                (unsigned long long)f->seq, (unsigned long long)e[i].addr);
+        if (r && writes_loader_bytes(p, r, &e[i]))
+            return mango_error(MANGO_EBADPOOL,
+                               "log frame seq %llu writes block %#llx in the dynamic loader's part of the "
+                               "data segment (below %#llx: the lazy-binding table, relocated data), which "
+                               "the program never writes",
+                               (unsigned long long)f->seq, (unsigned long long)e[i].addr,
+                               (unsigned long long)p->loader_end[r - p->regions]);
         i++;
     }
     return MANGO_OK;

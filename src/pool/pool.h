@@ -27,6 +27,13 @@ typedef struct pool {
     pool_head_slot *slots;  /* the two slots, inside the mapping */
     pool_region regions[POOL_MAX_REGIONS];
     unsigned nregions;
+    /* Per data region: the bytes below this address are the dynamic
+     * loader's (the end of RELRO, the lazy-binding GOT: layout.h,
+     * data_start), never written by the program, so a pool whose bitmap or
+     * log marks one is refused before recovery writes anything. Set by the
+     * runtime from its layout after pool_open; 0 (unknown: the mango CLI,
+     * which does not run the program) checks nothing. */
+    uint64_t loader_end[POOL_MAX_REGIONS];
     pool_head_slot head;    /* validated copy of the newest slot */
     unsigned head_slot;     /* index of the newest slot */
     uint64_t older_head_lsn;/* head_lsn of the other slot (log reuse limit) */

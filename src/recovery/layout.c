@@ -71,6 +71,33 @@ static void append(walk *w, const char *fmt, ...)
         w->text_len += (size_t)n < cap - w->text_len ? (size_t)n : cap - 1 - w->text_len;
 }
 
+/* The executable's lazy-binding GOT (.got.plt), [*lo, *hi), or 0s without
+ * one: DT_PLTGOT, its three reserved words, and a word per PLT relocation
+ * (DT_PLTRELSZ). ld.so has usually made DT_PLTGOT absolute in memory; a
+ * value below the load address is taken as not yet relocated. */
+static void lazy_got(const struct dl_phdr_info *info, uintptr_t *lo, uintptr_t *hi)
+{
+    const ElfW(Dyn) *dyn = NULL;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+            dyn = (const ElfW(Dyn) *)(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+    uintptr_t got = 0, relsz = 0, relent = 0;
+    for (; dyn && dyn->d_tag != DT_NULL; dyn++) {
+        if (dyn->d_tag == DT_PLTGOT)
+            got = dyn->d_un.d_ptr;
+        else if (dyn->d_tag == DT_PLTRELSZ)
+            relsz = dyn->d_un.d_val;
+        else if (dyn->d_tag == DT_PLTREL)
+            relent = dyn->d_un.d_val == DT_RELA ? sizeof(ElfW(Rela)) : sizeof(ElfW(Rel));
+    }
+    if (!got || !relent)
+        return;
+    if (got < info->dlpi_addr)
+        got += info->dlpi_addr;
+    *lo = got;
+    *hi = got + (3 + relsz / relent) * sizeof(void *);
+}
+
 static int visit(struct dl_phdr_info *info, size_t size, void *arg)
 {
     walk *w = arg;
@@ -117,6 +144,8 @@ static int visit(struct dl_phdr_info *info, size_t size, void *arg)
         append(w, "%02x", build_id[i]);
     if (idx != 0)
         return 0;
+    uintptr_t got_lo = 0, got_hi = 0;
+    lazy_got(info, &got_lo, &got_hi);
     /* The executable: its writable PT_LOAD segments, minus the RELRO part. */
     for (int i = 0; i < info->dlpi_phnum && out->n_data < LAYOUT_MAX_DATA; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
@@ -127,8 +156,12 @@ static int visit(struct dl_phdr_info *info, size_t size, void *arg)
             lo = relro_hi;
         if (lo >= hi)
             continue;
+        /* (The region keeps its bounds, which pools record; the GOT at its
+         * start is only marked as the loader's.) */
+        uintptr_t start = got_lo <= lo && got_hi > lo ? (got_hi < hi ? got_hi : hi) : lo;
         out->data_lo[out->n_data] = lo & ~(uintptr_t)31;
         out->data_hi[out->n_data] = (hi + 31) & ~(uintptr_t)31;
+        out->data_start[out->n_data] = start;
         out->n_data++;
     }
     return 0;

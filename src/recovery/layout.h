@@ -19,6 +19,13 @@
 typedef struct process_layout {
     unsigned n_data;                 /* writable segments of the executable */
     uintptr_t data_lo[LAYOUT_MAX_DATA], data_hi[LAYOUT_MAX_DATA]; /* 32-byte aligned */
+    /* The segment's first byte that is the program's: below it, in
+     * [data_lo, data_start), lie the end of RELRO and the lazy-binding GOT
+     * (.got.plt), which only the dynamic loader writes. The program never
+     * stores there, so no pool may restore or replay a byte there (a flipped
+     * bitmap bit did: the next call through the table crashed, after
+     * recovery had written the pool; found by a fuzzing review, session 40). */
+    uintptr_t data_start[LAYOUT_MAX_DATA];
     uint64_t fingerprint;
     char text[2048];
 } process_layout;

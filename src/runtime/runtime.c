@@ -730,6 +730,10 @@ static int open_durable(const mango_config *cfg, int *status)
         return rc;
     recovery_trace("init: pool opened and validated");
     pool *p = &rt.pool;
+    for (unsigned i = 0; i < p->nregions; i++) /* (pool_open matched the regions to the layout) */
+        for (unsigned j = 0; j < rt.layout.n_data; j++)
+            if (p->regions[i].kind == POOL_REGION_DATA && p->regions[i].vaddr == rt.layout.data_lo[j])
+                p->loader_end[i] = rt.layout.data_start[j];
     rt.heap_size = p->hdr->heap_capacity;
     rt.heap = mmap((void *)(uintptr_t)cfg->heap_base, rt.heap_size, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
