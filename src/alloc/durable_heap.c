@@ -639,7 +639,9 @@ static bool slab_empty(const reclaim_state *st, uint64_t obj_off)
 static bool run_member(const reclaim_state *st, uint64_t off)
 {
     const chunk_hdr *h = hdr_at(off);
-    if (h->magic != magic_for(off))
+    /* (off < top.) A size the walk cannot step by (0: it stepped by nothing,
+     * forever) or reaching past top is corrupt, as dheap_check says. */
+    if (h->magic != magic_for(off) || csize(h) < 2 * HDR || csize(h) > g_root->top - off)
         die("malloc", g_base + off + HDR, "corrupt chunk header (reclaiming)");
     if (cstate(h) == ST_FREE)
         return h->cls < DHEAP_NCLASSES || h->cls == CLS_LARGE || h->cls == CLS_HOLE;

@@ -1583,6 +1583,25 @@ static void unaligned_free(char *b, size_t c) { char *p = dheap_malloc(200); dhe
 static void beyond_top_free(char *b, size_t c) { dheap_free(b + c / 2); }
 static void no_error(char *b, size_t c) { void *p = dheap_malloc(10); dheap_free(p); }
 static void map_free(char *b, size_t c) { dheap_free(dheap_malloc(10)); dheap_free(b + ((dheap_root *)b)->slab_map); }
+/* A chunk header whose size field reads 0, its magic intact (a corrupt pool's
+ * heap mirror; found by fuzzing pool files): the reclaim walk stepped by 0
+ * bytes from it forever, so a start without MANGO_CHECK_HEAP=1 hung at its
+ * first request that found no room. It must stop. (alarm: the hang is then
+ * SIGALRM, not SIGABRT.) */
+static void zero_size_chunk_reclaim(char *b, size_t c)
+{
+    static void *p[4096];
+    alarm(20);
+    size_t k = 0;
+    while (k < sizeof p / sizeof p[0] && (p[k] = dheap_malloc(1000)) != NULL)
+        k++;
+    if (k < 4)
+        _exit(4);
+    for (size_t i = 0; i < k; i += 2)
+        dheap_free(p[i]);
+    memset((char *)p[1] - 8, 0, 4); /* the in-use chunk's size / 16 */
+    dheap_malloc(c / 2);            /* no room: reclaims */
+}
 /* A slab_next inside a live chunk: in range and aligned, so the root passes;
  * malloc must stop rather than hand out the chunk's bytes. */
 static void slab_next_in_a_chunk(char *b, size_t c)
@@ -1609,6 +1628,7 @@ static void test_errors(void)
     CHECK(aborts(beyond_top_free));
     CHECK(aborts(map_free));
     CHECK(aborts(slab_next_in_a_chunk));
+    CHECK(aborts(zero_size_chunk_reclaim));
     CHECK(!aborts(no_error));
 }
 
