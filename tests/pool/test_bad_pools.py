@@ -1222,3 +1222,22 @@ def test_log_block_on_the_loaders_bytes_is_refused(workdir):
     assert k.returncode == 2, (k.returncode, k.stdout, k.stderr)
     assert "dynamic loader's part of the data segment" in k.stderr, k.stderr
     assert sha256(p) == before, "refusing the pool modified it"
+
+
+def test_inspect_shows_a_damaged_creation_time_as_not_a_date(workdir):
+    """A creation time past year 9999 (its header checksum fixed) is printed
+    as "not a date" with the raw number, not a made-up date ("109626219-01-00"
+    for 2^62, found by fuzzing); the field is informational, so the pool is
+    still usable."""
+    p = make_pool(workdir)
+    for value in (1 << 62, (1 << 64) - 1, 253402300800):
+        write_at(p, HDR_CREATE_TIME, struct.pack("<Q", value))
+        fix_header_crc(p)
+        r = run(MANGO, "inspect", p)
+        assert r.returncode == 0, r.stderr
+        line = [l for l in r.stdout.splitlines() if "creation time" in l][0]
+        assert "not a date (%d)" % value in line, line
+    write_at(p, HDR_CREATE_TIME, struct.pack("<Q", 1764400000))
+    fix_header_crc(p)
+    line = [l for l in run(MANGO, "inspect", p).stdout.splitlines() if "creation time" in l][0]
+    assert "2025-11-29" in line, line

@@ -406,8 +406,11 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     char b1[32], b2[32], tbuf[64];
     time_t ct = (time_t)h->create_time;
     struct tm tm;
-    gmtime_r(&ct, &tm);
-    strftime(tbuf, sizeof tbuf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    /* (A damaged value past year 9999 is shown as such, not as a made-up
+     * date: "109626219-01-00" for 2^62, found by fuzzing.) */
+    if (h->create_time > 253402300799u || !gmtime_r(&ct, &tm) ||
+        !strftime(tbuf, sizeof tbuf, "%Y-%m-%d %H:%M:%S UTC", &tm))
+        snprintf(tbuf, sizeof tbuf, "not a date");
     printf("pool %s\n", path);
     printf("header:\n");
     printf("  format version   %u (header %u bytes)\n", h->version, h->header_size);
