@@ -59,6 +59,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -758,13 +759,20 @@ static void *worker_main(void *arg)
 /* Out of descriptors: gives up the spare one to take the waiting client and
  * close it at once (it would wait unanswered in the backlog), then takes the
  * spare back. Returns false if there was none to give (another thread took
- * the slot last time): then the caller waits and retries. */
+ * the slot last time), or no client is waiting: then the caller waits and
+ * retries. (Linux's accept reports EMFILE before it waits for a client, and
+ * the listener blocks: taking the spare's slot with no client waiting
+ * parked the acceptor in accept, so the first client after descriptors
+ * were freed again was rejected too: found by a review.) */
 static bool reject_with_spare(rpc_server *s)
 {
     if (s->spare_fd < 0) {
         s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         return false;
     }
+    struct pollfd pf = {.fd = s->listen_fd, .events = POLLIN};
+    if (poll(&pf, 1, 10) <= 0 || !(pf.revents & POLLIN) || atomic_load(&s->stop))
+        return false;
     close(s->spare_fd);
     int fd = accept4(s->listen_fd, NULL, NULL, SOCK_CLOEXEC);
     if (fd >= 0) {

@@ -1076,3 +1076,50 @@ def test_mutant_without_commit_sync_loses_acknowledged_adds(pool):
     with pytest.raises(LostAdds) as lost:
         kill_loop(pool, "sim", rounds=12, binary=MUTANT)
     print("caught:", lost.value)
+
+
+def test_out_of_descriptors_room_again_serves_the_next_client(pool):
+    """After the server ran out of descriptors (and so rejected clients),
+    once clients leave and the worker closed them, the very next client is
+    served, not rejected: the acceptor must not be parked in a blocking
+    accept with its spare descriptor given up (Linux's accept reports
+    EMFILE before it waits for a connection)."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    srv = Server(pool, "emulated", threads=1)
+    proc = subprocess.Popen([BINARY, "--pool", pool, "--mode", "emulated", "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
+    srv.proc = proc
+    line = proc.stdout.readline()
+    assert line.startswith("add_server: listening on"), (line, proc.stderr.read())
+    srv.port = int(line.split()[3].rsplit(":", 1)[1])
+    served = []
+    for _ in range(64):
+        c = Client(srv.port)
+        c.s.settimeout(3)
+        try:
+            if c.get(1) == 0:
+                served.append(c)
+                continue
+        except (ConnectionError, socket.timeout):
+            pass
+        c.close()
+        break
+    time.sleep(0.5)  # the acceptor is at the descriptor limit, no client waiting
+    for c in served[:5]:
+        c.close()
+    time.sleep(1.0)  # the worker has closed them: there is room
+    c = Client(srv.port)
+    c.s.settimeout(3)
+    try:
+        ok = c.get(1) == 0
+    except (ConnectionError, socket.timeout):
+        ok = False
+    c.close()
+    for s in served[5:]:
+        s.close()
+    out = srv.stop()
+    assert ok, "the first client after room was freed was rejected: " + out
