@@ -212,6 +212,7 @@ static void conn_open(worker *w, int fd)
     conn *c = calloc(1, sizeof *c);
     if (!c) {
         close(fd);
+        atomic_fetch_add(&s->closed, 1); /* (accepted counted it: max_connections) */
         return;
     }
     c->fd = fd;
