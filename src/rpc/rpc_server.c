@@ -452,6 +452,13 @@ static bool settle(worker *w, conn *c)
                     c->partial = true;
                     w->n_partial++;
                 }
+                /* Idle from now on: the idle timeout counts from the end of
+                 * the last activity, a response sent or released included,
+                 * not from the request (a response held through a slow sync
+                 * closed its connection right after it left: found by a
+                 * review). */
+                if (w->srv->cfg.idle_timeout_ms && c->len == 0 && c->n_held == 0 && c->out_off == c->out_len)
+                    c->input_since_ms = now_ms();
                 return true;
             }
         }

@@ -771,6 +771,22 @@ def test_idle_connections_are_closed_after_the_idle_timeout(pool):
         c.close()
     out = srv.stop()
     assert "idle_timeouts=1" in out, out
+    # The timeout counts from the end of the last activity: an ADD whose
+    # response is held 1.5 s by a slow sync (sim mode), past the 1 s idle
+    # timeout, leaves its connection open after the response (it was closed
+    # right after it: found by a review).
+    srv = Server(pool + "-held", "sim", threads=1, extra=["--idle-timeout", "1000"],
+                 env={"MANGO_SIM_SYNC_DELAY_US": "1500000"}).start()
+    held = Client(srv.port)
+    t0 = time.monotonic()
+    assert held.add(7, 1) == 1
+    assert time.monotonic() - t0 > 1.2, "the sync was not slow: the test says nothing"
+    time.sleep(0.3)
+    assert not closed_by_server(held.s), "closed as idle right after a held response"
+    assert held.get(8) == 0
+    held.close()
+    out = srv.stop()
+    assert "idle_timeouts=0" in out, out
     # Without --idle-timeout: kept.
     srv = Server(pool, "emulated", threads=1).start()
     idle = Client(srv.port)
