@@ -699,30 +699,27 @@ def test_connections_past_max_connections_are_closed_at_once(pool):
     assert int(out.split("rejected=")[1].split()[0]) >= 1, out
 
 
-def test_out_of_descriptors_new_clients_are_closed_at_once(pool):
-    """The server at its descriptor limit (RLIMIT_NOFILE 64): the clients
-    past it are accepted and closed at once with the descriptor kept spare
-    for that, instead of waiting unanswered in the listen backlog (found by
-    a review: a client there timed out after 5 s); once some leave, new
-    clients are served."""
+def server_at_descriptor_limit(pool, limit=64):
+    """add_server (emulated, one worker) started with RLIMIT_NOFILE limit."""
     import resource
 
     def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
 
     srv = Server(pool, "emulated", threads=1)
-    srv.proc = None
-    proc = subprocess.Popen([BINARY, "--pool", pool, "--mode", "emulated", "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
-    srv.proc = proc
-    line = proc.stdout.readline()
-    assert line.startswith("add_server: listening on"), (line, proc.stderr.read())
+    srv.proc = subprocess.Popen([BINARY, "--pool", pool, "--mode", "emulated", "--threads", "1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
+    line = srv.proc.stdout.readline()
+    assert line.startswith("add_server: listening on"), (line, srv.proc.stderr.read())
     srv.port = int(line.split()[3].rsplit(":", 1)[1])
-    in_use = len(os.listdir("/proc/%d/fd" % proc.pid))
-    room = 64 - in_use
-    assert room > 4, in_use
+    return srv
+
+
+def fill_with_clients(srv, most):
+    """Connects clients, each answered a GET, until one is not (closed, or no
+    answer in 3 s) or most are: the served ones."""
     served = []
-    for _ in range(room):
+    for _ in range(most):
         c = Client(srv.port)
         c.s.settimeout(3)
         try:
@@ -733,6 +730,20 @@ def test_out_of_descriptors_new_clients_are_closed_at_once(pool):
             pass
         c.close()
         break
+    return served
+
+
+def test_out_of_descriptors_new_clients_are_closed_at_once(pool):
+    """The server at its descriptor limit (RLIMIT_NOFILE 64): the clients
+    past it are accepted and closed at once with the descriptor kept spare
+    for that, instead of waiting unanswered in the listen backlog (found by
+    a review: a client there timed out after 5 s); once some leave, new
+    clients are served."""
+    srv = server_at_descriptor_limit(pool)
+    in_use = len(os.listdir("/proc/%d/fd" % srv.proc.pid))
+    room = 64 - in_use
+    assert room > 4, in_use
+    served = fill_with_clients(srv, room)
     assert len(served) >= room - 2, (len(served), room)  # (the worker's own descriptors are in in_use)
     late = [Client(srv.port) for _ in range(5)]
     t0 = time.monotonic()
@@ -1100,30 +1111,8 @@ def test_out_of_descriptors_room_again_serves_the_next_client(pool):
     served, not rejected: the acceptor must not be parked in a blocking
     accept with its spare descriptor given up (Linux's accept reports
     EMFILE before it waits for a connection)."""
-    import resource
-
-    def low_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-
-    srv = Server(pool, "emulated", threads=1)
-    proc = subprocess.Popen([BINARY, "--pool", pool, "--mode", "emulated", "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=low_limit)
-    srv.proc = proc
-    line = proc.stdout.readline()
-    assert line.startswith("add_server: listening on"), (line, proc.stderr.read())
-    srv.port = int(line.split()[3].rsplit(":", 1)[1])
-    served = []
-    for _ in range(64):
-        c = Client(srv.port)
-        c.s.settimeout(3)
-        try:
-            if c.get(1) == 0:
-                served.append(c)
-                continue
-        except (ConnectionError, socket.timeout):
-            pass
-        c.close()
-        break
+    srv = server_at_descriptor_limit(pool)
+    served = fill_with_clients(srv, 64)
     time.sleep(0.5)  # the acceptor is at the descriptor limit, no client waiting
     for c in served[:5]:
         c.close()
