@@ -927,6 +927,14 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
         }
     if (root->slab_objects > root->inuse_chunks)
         return 0;
+    /* The free lists' heads are chunk headers below top (a damaged head was
+     * followed at the first allocation of its class: SIGSEGV, found by
+     * fuzzing pool files; the links behind the heads are dheap_check's). */
+    for (unsigned c = 0; c <= DHEAP_NCLASSES; c++) {
+        uint64_t u = c < DHEAP_NCLASSES ? root->small_free[c] : root->large_free;
+        if (u && (u < FIRST_OFF || u >= top || (u & 15) != (FIRST_OFF & 15)))
+            return 0;
+    }
     return top;
 }
 

@@ -883,6 +883,23 @@ def test_corrupt_heap_root(workdir):
     assert_refused(p, "heap root")
 
 
+@pytest.mark.parametrize("field,value", [("small_free2", "past-top"), ("small_free2", "misaligned"),
+                                         ("large_free", "past-top"), ("large_free", "below-first")])
+def test_heap_free_list_head_out_of_range(workdir, field, value):
+    """A free list's head in the heap root past top, misaligned or below the
+    first chunk: refused by the root check that every open runs (and by
+    `mango check`), the file unchanged. A default open (no heap walk)
+    followed it at the first allocation of its class: SIGSEGV (found by
+    fuzzing pool files)."""
+    p = make_pool(workdir)
+    heap = [r for r in inspect_json(p)["regions"] if r["kind"] == "heap"][0]
+    (top,) = struct.unpack("<Q", read_at(p, heap["mirror_offset"] + 24, 8))  # dheap_root.top
+    at = heap["mirror_offset"] + (40 if field == "large_free" else 48 + 8 * 2)
+    u = {"past-top": top + 16 * 4096, "misaligned": top - 4096 - 3, "below-first": 8}[value]
+    write_at(p, at, struct.pack("<Q", u))
+    assert_refused(p, "heap root")
+
+
 def reopen_checking_heap(path):
     """A real open that walks the heap's metadata (MANGO_CHECK_HEAP=1)."""
     return subprocess.run([KVSTORE, "demo", "--pool", path, "--mode", "emulated"], capture_output=True,
