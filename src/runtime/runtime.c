@@ -306,6 +306,13 @@ static int commit_big_batch(uint64_t n)
  * signal handler's trampoline). */
 static __thread bool batch_running_here;
 
+/* A pipelined sync failed; its error waits in the pipeline until the next
+ * batch_begin adopts it (rt.failed). */
+static bool pipeline_failed(void)
+{
+    return rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_ACQUIRE);
+}
+
 static int batch_begin(void *arg, unsigned n)
 {
     int f = atomic_load_explicit(&rt.failed, memory_order_relaxed);
@@ -317,7 +324,7 @@ static int batch_begin(void *arg, unsigned n)
     if (rt.big.pending &&
         atomic_load_explicit(&rt.log.reusable_lsn, memory_order_acquire) >= rt.big.last_lsn + 1)
         big_batch_release(&rt.big);
-    if (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_RELAXED))
+    if (pipeline_failed())
         return fail(mango_error(MANGO_EIO, "a pipelined log sync failed; no more writes are accepted"));
     rt.rw_commands += n;
     batch_running_here = true; /* until batch_end_commit (refuse_nested) */
@@ -1778,13 +1785,11 @@ int mango_shutdown(void)
         stop_rpc_server();
     if (!rt.up)
         return MANGO_OK;
-    /* Stopped before this call: a batch failed, or a pipelined sync did (its
-     * error is in the pipeline until the next batch_begin adopts it). Then
-     * the result is MANGO_EFAILED, as mango.h says, not the failed sync's
-     * own code a second time (it returned MANGO_EIO: found by a review,
-     * session 40), and no drain batch is tried. */
-    bool stopped_before = atomic_load(&rt.failed) ||
-                          (rt.pipe_started && __atomic_load_n(&rt.pipe.error, __ATOMIC_ACQUIRE));
+    /* Stopped before this call: a batch failed, or a pipelined sync did.
+     * Then the result is MANGO_EFAILED, as mango.h says, not the failed
+     * sync's own code a second time (it returned MANGO_EIO: found by a
+     * review, session 40), and no drain batch is tried. */
+    bool stopped_before = atomic_load(&rt.failed) || pipeline_failed();
     int drc = MANGO_OK;
     if (rt.durable) {
         /* (Not with a batch open on this thread: it holds the write side.) */

@@ -5,6 +5,7 @@
 #ifndef MANGO_TEST_CONFIG_H
 #define MANGO_TEST_CONFIG_H
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,24 @@ static inline void arm_sync_fault(const char *nth, const char *site, unsigned al
     setenv("MANGO_FAULT_SYNC_SITE", site, 1);
     alarm(alarm_s);
 }
+
+/* Runs fn(pool, arg) in a forked process (stdout flushed before the fork
+ * and by the child) and returns its wait status, or -1 if the fork or the
+ * wait failed. child_ok(status): it exited with 0. */
+static inline int status_of_child(int (*fn)(const char *pool, int arg), const char *pool, int arg)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int rc = fn(pool, arg);
+        fflush(stdout);
+        _exit(rc);
+    }
+    int status = 0;
+    return pid > 0 && waitpid(pid, &status, 0) == pid ? status : -1;
+}
+
+static inline bool child_ok(int status) { return status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
 /* Runs child(pool, mode) in a forked process, on a new pool, for emulated
  * then sim mode (a fault hook or a hang must not touch the test process).

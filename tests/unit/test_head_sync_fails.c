@@ -94,8 +94,9 @@ static int round_main(const char *pool, int n)
 
 /* No commands: the 3rd head.sync is the shutdown drain's (a new pool's
  * start makes two). */
-static int shutdown_round(const char *pool)
+static int shutdown_round(const char *pool, int unused)
 {
+    (void)unused;
     arm_sync_fault("3", "head.sync", 20);
     mango_config cfg;
     small_test_config(&cfg, pool, MANGO_PERSIST_SIM);
@@ -113,32 +114,17 @@ int main(void)
     char pool[128], big[160];
     snprintf(pool, sizeof pool, "/tmp/mango_test_head_sync_fails_%d.pool", (int)getpid());
     snprintf(big, sizeof big, "%s.bigbatch", pool);
-    fflush(stdout);
     for (int n = 3; n <= 14; n++) {
         unlink(pool);
-        pid_t pid = fork();
-        if (pid == 0) {
-            int rc = round_main(pool, n);
-            fflush(stdout);
-            _exit(rc);
-        }
-        int status = 0;
-        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-        if (WIFSIGNALED(status))
+        int status = status_of_child(round_main, pool, n);
+        CHECK(status != -1);
+        if (status != -1 && WIFSIGNALED(status))
             fprintf(stderr, "N=%d: the child died of signal %d%s\n", n, WTERMSIG(status),
                     WTERMSIG(status) == SIGALRM ? " (a hang)" : "");
-        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK(child_ok(status));
     }
     unlink(pool);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int rc = shutdown_round(pool);
-        fflush(stdout);
-        _exit(rc);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(child_ok(status_of_child(shutdown_round, pool, 0)));
     unlink(pool);
     unlink(big);
     return check_report("test_head_sync_fails");

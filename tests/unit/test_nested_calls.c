@@ -114,19 +114,18 @@ static int child(const char *pool, mango_persist_mode mode)
     return bad ? 1 : 0;
 }
 
+static int child_none(const char *pool, int unused)
+{
+    (void)unused;
+    return child(pool, MANGO_PERSIST_NONE);
+}
+
 int main(void)
 {
     char pool[128];
     snprintf(pool, sizeof pool, "/dev/shm/mango-test-nested-%d.pool", (int)getpid());
     CHECK(each_mode_in_a_child(pool, child) == 0);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int rc = child(pool, MANGO_PERSIST_NONE);
-        fflush(stdout);
-        _exit(rc);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(child_ok(status_of_child(child_none, pool, 0)));
     unlink(pool);
     return check_report("test_nested_calls");
 }

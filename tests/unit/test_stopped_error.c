@@ -17,7 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "mango.h"
@@ -26,8 +25,9 @@
 #include "counter_state.h"
 #include "test_config.h"
 
-static int pipelined_child(const char *pool)
+static int pipelined_child(const char *pool, int unused)
 {
+    (void)unused;
     setenv("MANGO_FAULT_SYNC", "8:ENOSPC", 1);
     alarm(30); /* a hang fails the test */
     mango_config cfg;
@@ -56,16 +56,7 @@ int main(void)
     snprintf(pool, sizeof pool, "/dev/shm/mango-stopped-%d.pool", (int)getpid());
     unlink(pool);
     /* First the pipelined case, in a child. */
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int crc = pipelined_child(pool);
-        fflush(stdout);
-        _exit(crc);
-    }
-    int status = 0;
-    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(child_ok(status_of_child(pipelined_child, pool, 0)));
     unlink(pool);
 
     /* The 12th sync of the process fails with ENOSPC (read once, at the first sync). */
