@@ -1066,11 +1066,8 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
         return mango_error(MANGO_EINVAL, "mango_rpc_start: idle_timeout_ms %u: expected 0 (never) or 100 to %u",
                            cfg->idle_timeout_ms, RPC_MAX_IDLE_TIMEOUT_MS);
     }
-    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* (-1: taken later, when it can be) */
     int rc = open_listener(s);
     if (rc != MANGO_OK) {
-        if (s->spare_fd >= 0)
-            close(s->spare_fd);
         free(s);
         return rc;
     }
@@ -1078,8 +1075,6 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
     s->workers = calloc(s->n_workers, sizeof *s->workers);
     if (!s->workers) {
         close_listener(s);
-        if (s->spare_fd >= 0)
-            close(s->spare_fd);
         free(s);
         return mango_error(MANGO_ENOMEM, "mango_rpc_start: out of memory");
     }
@@ -1102,6 +1097,7 @@ int rpc_server_start(rpc_server **out, const mango_rpc_config *cfg, const mango_
             break;
         }
     }
+    s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* (-1: taken later, when it can be) */
     unsigned started = 0;
     for (; rc == MANGO_OK && started < s->n_workers; started++)
         if (pthread_create(&s->workers[started].thread, NULL, worker_main, &s->workers[started]) != 0)
