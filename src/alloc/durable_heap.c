@@ -243,6 +243,55 @@ static uint64_t carve(uint64_t size, uint8_t cls)
     return off;
 }
 
+static inline bool is_free_large(uint64_t off)
+{
+    chunk_hdr *h = hdr_at(off);
+    return cstate(h) == ST_FREE && h->cls == CLS_LARGE;
+}
+
+/* Is off a place a chunk header can be: from the first chunk to below top,
+ * at 8 modulo 16? */
+static inline bool chunk_off_ok(uint64_t off)
+{
+    return off >= FIRST_OFF && off < g_root->top && (off & 15) == (FIRST_OFF & 15);
+}
+
+/* Die unless off, reached through the large free list or as a free large
+ * neighbour, is a free large chunk whose size keeps it below top. The root
+ * check of every open covers the list's head only; a damaged link behind it
+ * (a damaged pool, found by fuzzing pool files) was followed outside the
+ * range (SIGSEGV), and a damaged size or neighbour link made the allocator
+ * write outside the chunk. dheap_check walks the whole list. */
+static void listed_large(const char *op, uint64_t off)
+{
+    if (!chunk_off_ok(off) || hdr_at(off)->magic != magic_for(off) || !is_free_large(off) ||
+        csize(hdr_at(off)) < PAGE || csize(hdr_at(off)) > g_root->top - off)
+        die(op, g_base + off + HDR, "corrupt large free list");
+}
+
+/* The large free list's element after off (off 0: its head), checked by
+ * listed_large; *steps counts them, so that a cycle dies instead of
+ * looping (each element has a page at least). */
+static uint64_t large_next(const char *op, uint64_t off, uint64_t *steps)
+{
+    uint64_t e = off ? link_at(off)[0] : g_root->large_free;
+    if (!e)
+        return 0;
+    if (++*steps > g_root->top / PAGE)
+        die(op, g_base + e + HDR, "corrupt large free list (a cycle)");
+    listed_large(op, e);
+    return e;
+}
+
+/* Is off a free small chunk of class c (a link of small_free[c])? */
+static bool small_free_ok(uint64_t off, unsigned c)
+{
+    if (!chunk_off_ok(off))
+        return false;
+    const chunk_hdr *h = hdr_at(off);
+    return h->magic == magic_for(off) && cstate(h) == ST_FREE && h->cls == c;
+}
+
 static void large_push(uint64_t off)
 {
     dheap_root *r = g_root;
@@ -254,21 +303,24 @@ static void large_push(uint64_t off)
     META_SET(r->large_free, off);
 }
 
-static void large_unlink(uint64_t off)
+static void large_unlink(const char *op, uint64_t off)
 {
     uint64_t next = link_at(off)[0], prev = link_at(off)[1];
+    /* Its neighbours must be listed and link back to it: with a damaged
+     * link, the stores below wrote into another chunk or dropped part of
+     * the list (as glibc checks its own bins). */
+    if (next)
+        listed_large(op, next);
+    if (prev)
+        listed_large(op, prev);
+    if ((prev ? link_at(prev)[0] : g_root->large_free) != off || (next && link_at(next)[1] != off))
+        die(op, g_base + off + HDR, "corrupt large free list (links)");
     if (prev)
         META_SET(link_at(prev)[0], next);
     else
         META_SET(g_root->large_free, next);
     if (next)
         META_SET(link_at(next)[1], prev);
-}
-
-static inline bool is_free_large(uint64_t off)
-{
-    chunk_hdr *h = hdr_at(off);
-    return cstate(h) == ST_FREE && h->cls == CLS_LARGE;
 }
 
 /* Make [off, off + size) a free large chunk (header, footer, the flag of the
@@ -288,7 +340,7 @@ static void take_large(uint64_t off, uint64_t need)
     chunk_hdr *h = hdr_at(off);
     uint64_t sz = csize(h);
     uint8_t flag = prev_flag(h);
-    large_unlink(off);
+    large_unlink("malloc", off);
     set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
     if (sz > need) /* split: the tail stays free (a chunk follows it: a free large one is never last) */
         make_free_large(off + need, sz - need, 0);
@@ -298,11 +350,9 @@ static void take_large(uint64_t off, uint64_t need)
 
 static uint64_t alloc_large(uint64_t need)
 {
-    for (uint64_t off = g_root->large_free; off; off = link_at(off)[0]) {
-        chunk_hdr *h = hdr_at(off);
-        if (h->magic != magic_for(off) || !is_free_large(off))
-            die("malloc", g_base + off + HDR, "corrupt large free list");
-        if (csize(h) < need)
+    uint64_t steps = 0;
+    for (uint64_t off = large_next("malloc", 0, &steps); off; off = large_next("malloc", off, &steps)) {
+        if (csize(hdr_at(off)) < need)
             continue;
         take_large(off, need);
         return off;
@@ -330,8 +380,10 @@ static void free_chunk(uint64_t off)
     }
 
     uint64_t end = off + sz;
+    if (end < r->top && is_free_large(end))
+        listed_large("free", end);
     if (end < r->top && is_free_large(end) && sz + csize(hdr_at(end)) <= MAX_CHUNK) {
-        large_unlink(end);
+        large_unlink("free", end);
         sz += csize(hdr_at(end));
         end = off + sz;
     }
@@ -342,7 +394,7 @@ static void free_chunk(uint64_t off)
             !is_free_large(poff) || csize(hdr_at(poff)) != prev)
             die("free", g_base + off + HDR, "corrupt footer of the free chunk below");
         if (sz + prev <= MAX_CHUNK) {
-            large_unlink(poff);
+            large_unlink("free", poff);
             off = poff;
             sz += prev;
             flag = prev_flag(hdr_at(poff));
@@ -387,7 +439,10 @@ static uint64_t hole_carve(uint64_t size, uint8_t cls)
         return 0;
     chunk_hdr *hh = hdr_at(h);
     uint64_t sz = csize(hh);
-    if (hh->magic != magic_for(h) || hh->cls != CLS_HOLE || cstate(hh) != ST_FREE)
+    /* (The root check put h below top; a size past top made the carves
+     * below walk out of the heap.) */
+    if (hh->magic != magic_for(h) || hh->cls != CLS_HOLE || cstate(hh) != ST_FREE || sz < 2 * HDR ||
+        sz > r->top - h)
         die("malloc", g_base + h + HDR, "corrupt hole");
     if (size > sz)
         return 0;
@@ -490,13 +545,14 @@ static void slab_named(uint64_t obj, unsigned s)
  * and a free large chunk of the whole pages that are left. */
 static bool slab_in_large(unsigned s)
 {
-    for (uint64_t off = g_root->large_free; off; off = link_at(off)[0]) {
+    uint64_t steps = 0;
+    for (uint64_t off = large_next("malloc", 0, &steps); off; off = large_next("malloc", off, &steps)) {
         uint64_t sz = csize(hdr_at(off)), obj = ROUND_UP(off + HDR, SLAB), at = obj - HDR;
         if (at + SLAB > off + sz)
             continue;
         uint64_t end = at + SLAB, tail = off + sz - end, rest = tail & (PAGE - 1);
         uint8_t flag = prev_flag(hdr_at(off));
-        large_unlink(off);
+        large_unlink("malloc", off);
         if (rest)
             release_as_small(end, rest, 0);
         if (tail > rest)
@@ -696,6 +752,20 @@ static bool chunk_consumed(const reclaim_state *st, uint64_t off)
     return (st->consumed[off >> 7] >> ((off >> 4) & 7)) & 1;
 }
 
+/* The small free lists' links, before list_filter follows them (a link
+ * outside the range was read there: SIGSEGV). A list longer than its
+ * class could hold is a cycle. */
+static void check_small_lists(void)
+{
+    dheap_root *r = g_root;
+    for (unsigned c = 0; c < DHEAP_NCLASSES; c++) {
+        uint64_t n = 0, bound = r->top / class_chunk(c);
+        for (uint64_t e = r->small_free[c]; e; e = link_at(e)[0])
+            if (!small_free_ok(e, c) || ++n > bound)
+                die("malloc", g_base + e + HDR, "corrupt small free list (reclaiming)");
+    }
+}
+
 /* Count each slab's free objects (listed or never used). A list longer
  * than its class could hold (a cycle) is corruption. */
 static void count_free_objects(reclaim_state *st)
@@ -724,7 +794,7 @@ static void merge_run(uint64_t off, uint64_t end)
     for (uint64_t m = off; m < end; m += csize(hdr_at(m))) {
         chunk_hdr *h = hdr_at(m);
         if (h->cls == CLS_LARGE)
-            large_unlink(m);
+            large_unlink("malloc", m);
         else if (h->cls == CLS_SLAB)
             META_SET(((uint8_t *)g_base)[r->slab_map + ((m + HDR) >> SLAB_SHIFT)], (uint8_t)0);
         else if (h->cls == CLS_HOLE)
@@ -784,6 +854,7 @@ static bool reclaim(void)
                    * next one tries again) */
     if (r->slab_map)
         count_free_objects(&st);
+    check_small_lists();
 
     /* Mark the small chunks that merged runs will consume. */
     if (!merge_runs(&st, false)) {
@@ -948,7 +1019,8 @@ static bool hole_from_large(uint64_t size)
     uint64_t want = ROUND_UP(size, PAGE), off = 0, best = 0;
     /* Best fit: the smallest piece that will do, so the large ones stay
      * whole for large requests. */
-    for (uint64_t e = r->large_free; e; e = link_at(e)[0]) {
+    uint64_t steps = 0;
+    for (uint64_t e = large_next("malloc", 0, &steps); e; e = large_next("malloc", e, &steps)) {
         uint64_t sz = csize(hdr_at(e));
         if (sz >= want && (!off || sz < best))
             off = e, best = sz;
@@ -1019,8 +1091,7 @@ static void *split_small_malloc(size_t n)
         if (!off)
             continue;
         chunk_hdr *h = hdr_at(off);
-        if (off < FIRST_OFF || off >= r->top || h->magic != magic_for(off) || cstate(h) != ST_FREE ||
-            h->cls != d)
+        if (!small_free_ok(off, d))
             die("malloc", g_base + off + HDR, "corrupt small free list");
         META_SET(r->small_free[d], link_at(off)[0]);
         uint64_t want = class_chunk(c);
@@ -1042,8 +1113,7 @@ static void *chunk_malloc_once(size_t n)
         off = r->small_free[c];
         if (off) {
             chunk_hdr *h = hdr_at(off);
-            if (off < FIRST_OFF || off >= r->top || h->magic != magic_for(off) ||
-                cstate(h) != ST_FREE || h->cls != c)
+            if (!small_free_ok(off, c))
                 die("malloc", g_base + off + HDR, "corrupt small free list");
             META_SET(r->small_free[c], link_at(off)[0]);
             set_hdr(off, csize(h), ST_INUSE, (uint8_t)c, prev_flag(h));
@@ -1199,10 +1269,13 @@ static bool grow_large(uint64_t off, uint64_t need)
         chunk_hdr *above = hdr_at(end);
         if (above->magic != magic_for(end))
             die("realloc", g_base + off + HDR, "corrupt header of the chunk above");
-        if (!is_free_large(end) || sz + csize(above) < need)
+        if (!is_free_large(end))
+            return false;
+        listed_large("realloc", end);
+        if (sz + csize(above) < need)
             return false;
         uint64_t total = sz + csize(above);
-        large_unlink(end);
+        large_unlink("realloc", end);
         set_hdr(off, need, ST_INUSE, CLS_LARGE, flag);
         if (total > need) /* the chunk above the tail keeps its flag */
             make_free_large(off + need, total - need, 0);

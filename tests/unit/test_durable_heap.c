@@ -1614,6 +1614,74 @@ static void slab_next_in_a_chunk(char *b, size_t c)
     dheap_malloc(48);
 }
 
+/* Damaged links behind the root's heads (a damaged pool; the root check of
+ * every open sees the heads only). Each was followed out of the heap
+ * (SIGSEGV), looped, or made the allocator store through it; each must
+ * stop with the allocator's message. two_free_large: free large chunks of
+ * 40 KiB (*lo) and 60 KiB (*hi, listed first, its links returned), an
+ * in-use large chunk (*above) right above the first, in-use small chunks
+ * between and above. */
+static uint64_t *two_free_large(char **lo, char **above, char **hi)
+{
+    char *a = dheap_malloc(40000), *x = dheap_malloc(40000), *g1 = dheap_malloc(300);
+    char *c = dheap_malloc(60000), *g2 = dheap_malloc(300);
+    if (!a || !x || !g1 || !c || !g2)
+        _exit(4);
+    dheap_free(a);
+    dheap_free(c);
+    *lo = a, *above = x, *hi = c;
+    return (uint64_t *)c; /* the head's links: next, prev */
+}
+static void large_link_out_of_heap(char *b, size_t c)
+{
+    char *lo, *above, *hi;
+    two_free_large(&lo, &above, &hi)[0] = (uint64_t)1 << 40;
+    dheap_malloc(70000); /* the head is too small: follows its link */
+}
+static void large_link_cycle(char *b, size_t c)
+{
+    alarm(20); /* a hang is SIGALRM, not SIGABRT */
+    char *lo, *above, *hi;
+    uint64_t *head = two_free_large(&lo, &above, &hi);
+    head[0] = ((dheap_root *)b)->large_free; /* the head links to itself */
+    dheap_malloc(c / 2);                      /* no fit anywhere */
+}
+static void large_back_link_wrong(char *b, size_t c)
+{
+    char *lo, *above, *hi;
+    two_free_large(&lo, &above, &hi);
+    ((uint64_t *)lo)[1] = 0; /* the second's prev: none, as if it were the head */
+    dheap_free(above);       /* merges with it: unlinks it */
+    /* (unchecked, the head became the second's next, none: the 60 KiB
+     * chunk, free, was no longer listed) */
+    _exit(5);
+}
+static void small_link_out_of_heap_reclaim(char *b, size_t c)
+{
+    static char *p[1024];
+    size_t k = 0;
+    while (k < sizeof p / sizeof p[0] && (p[k] = dheap_malloc(1000)) != NULL)
+        k++;
+    if (k < 4)
+        _exit(4);
+    dheap_free(p[1]);
+    dheap_free(p[2]); /* two free neighbours: a run that reclaim merges */
+    *(uint64_t *)p[2] = (uint64_t)1 << 40; /* the class's head: its link */
+    dheap_malloc(c / 2); /* no room: reclaims */
+}
+static void hole_past_top(char *b, size_t c)
+{
+    dheap_free(dheap_malloc(300)); /* a chunk, then a slab: its alignment leaves the hole */
+    dheap_free(dheap_malloc(10));
+    uint64_t h = ((dheap_root *)b)->hole;
+    if (!h)
+        _exit(4);
+    *(uint32_t *)(b + h) = (uint32_t)((c * 8) >> 4); /* its size: far past top */
+    for (int i = 0; i < 4096; i++)
+        if (!dheap_malloc(1000))
+            _exit(5);
+}
+
 static void test_errors(void)
 {
     CHECK(aborts(double_free));
@@ -1629,6 +1697,11 @@ static void test_errors(void)
     CHECK(aborts(map_free));
     CHECK(aborts(slab_next_in_a_chunk));
     CHECK(aborts(zero_size_chunk_reclaim));
+    CHECK(aborts(large_link_out_of_heap));
+    CHECK(aborts(large_link_cycle));
+    CHECK(aborts(large_back_link_wrong));
+    CHECK(aborts(small_link_out_of_heap_reclaim));
+    CHECK(aborts(hole_past_top));
     CHECK(!aborts(no_error));
 }
 
