@@ -369,6 +369,14 @@ int pool_create(const char *path, const pool_create_params *pp)
 {
     if (access(path, F_OK) == 0)
         return mango_error(MANGO_EEXIST, "pool %s already exists", path);
+    /* A pool so named is another pool's file: the open or creation of the
+     * pool named by the rest of the path removes it (mango copy refuses such
+     * a DEST for the same reason). */
+    const char *owned = pool_owned_name_pattern(path);
+    if (owned)
+        return mango_error(MANGO_EINVAL, "%s: a pool's name must not end in %s: pools use such names for their "
+                           "own files (<pool>.bigbatch, <pool>.tmp.<pid>, <pool>.copying-<pid>) and remove "
+                           "them when they open or are created", path, owned);
     if (pp->log_size < 64 * 1024 || pp->log_size % 4096)
         return mango_error(MANGO_EINVAL, "log size %zu: must be a multiple of 4096 and at least 64 KiB",
                            pp->log_size);

@@ -11,7 +11,12 @@
  *     those still locked (a creator in another PID namespace), those of other
  *     pools and names that are not ours are kept;
  *   - creators killed at random moments (SIGKILL, 10 rounds) leave no
- *     temporary file once the pool has been created again.
+ *     temporary file once the pool has been created again;
+ *   - a pool is not created under a name another pool's open or creation
+ *     removes as its own file ("<pool>.bigbatch", "<pool>.tmp.<pid>",
+ *     "<pool>.copying-<pid>"): MANGO_EINVAL and nothing made (such a pool,
+ *     holding acknowledged data, was deleted by the next open of <pool>);
+ *     look-alikes are created.
  *
  * The pools live in /var/tmp (a real file system, where a creation
  * allocates and writes blocks and takes long enough to race), 64 MiB each.
@@ -201,6 +206,28 @@ static void killed_creators(void)
            left_behind);
 }
 
+static void names_of_other_pools_files(void)
+{
+    const char *refused[] = {"p.pool.bigbatch", "p.pool.tmp.123", "p.pool.copying-99", "q.tmp.7"};
+    const char *created[] = {"p.pool.bigbatch.bak", "p.pool.tmp.x", "p.pool.tmp.0", "p.pool.copying-"};
+    pool_create_params pp = params();
+    for (unsigned i = 0; i < sizeof refused / sizeof *refused; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, refused[i]);
+        CHECK(pool_create(path, &pp) == MANGO_EINVAL);
+        CHECK(strstr(mango_last_error(), "must not end in") != NULL);
+        CHECK(!exists(path));
+        CHECK(count_temporaries() == 0);
+    }
+    for (unsigned i = 0; i < sizeof created / sizeof *created; i++) {
+        char path[600];
+        snprintf(path, sizeof path, "%s/%s", dir, created[i]);
+        CHECK(pool_create(path, &pp) == MANGO_OK);
+        CHECK(pool_is_valid(path));
+        unlink(path);
+    }
+}
+
 int main(void)
 {
     srand((unsigned)time(NULL) ^ (unsigned)getpid());
@@ -213,6 +240,7 @@ int main(void)
     racing_creators();
     abandoned_creations();
     killed_creators();
+    names_of_other_pools_files();
     DIR *d = opendir(dir); /* whatever a failed check left */
     for (struct dirent *e; d && (e = readdir(d)) != NULL;)
         if (e->d_name[0] != '.')
