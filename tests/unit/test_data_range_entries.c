@@ -244,7 +244,9 @@ static uint64_t end_to_end(const char *pool, int ranges_expected)
  * sets the smallest store logged as a range. */
 static void setting_checks(const char *pool)
 {
-    static const char *bad[] = {"abc", "100", "-5", "4096x", "2000000000", "255"};
+    static const char *bad[] = {"abc", "100", "-5", "4096x", "2000000000", "255",
+                                 /* (strtoull took these; the last wrapped around to 512) */
+                                 " 512", "+512", " -18446744073709551104"};
     for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         unlink(pool);
         setenv("MANGO_DATA_RANGES", bad[i], 1);

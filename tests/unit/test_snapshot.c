@@ -377,15 +377,21 @@ static void errors(const char *mode, const char *pool, const char *snap)
     }
     CHECK(mango_snapshot_start(snap, NULL) == MANGO_EINVAL);
     /* MANGO_SNAPSHOT_MBPS: a pace, or refused before anything starts. */
-    setenv("MANGO_SNAPSHOT_MBPS", "fast", 1);
-    rc = mango_snapshot(snap, NULL);
-    CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_SNAPSHOT_MBPS") && !exists(snap));
+    /* (decimal digits only: strtoull took " 50" and "+50", and wrapped
+     * " -18446744073709551566" around to 50) */
+    static const char *bad_mbps[] = {"fast", " 50", "+50", " -18446744073709551566"};
+    for (size_t i = 0; i < sizeof bad_mbps / sizeof bad_mbps[0]; i++) {
+        setenv("MANGO_SNAPSHOT_MBPS", bad_mbps[i], 1);
+        rc = mango_snapshot(snap, NULL);
+        CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_SNAPSHOT_MBPS") && !exists(snap));
+    }
     setenv("MANGO_SNAPSHOT_MBPS", "50", 1);
     CHECK(mango_snapshot(snap, NULL) == MANGO_OK && exists(snap));
     unsetenv("MANGO_SNAPSHOT_MBPS");
     unlink(snap);
     /* MANGO_SNAPSHOT_SHARE: a share of the disk's time, or refused likewise. */
-    static const char *bad_shares[] = {"0", "101", "-5", "half", "50%"};
+    static const char *bad_shares[] = {"0", "101", "-5", "half", "50%", " 50", "+50",
+                                        " -18446744073709551566"};
     for (size_t i = 0; i < sizeof bad_shares / sizeof bad_shares[0]; i++) {
         setenv("MANGO_SNAPSHOT_SHARE", bad_shares[i], 1);
         rc = mango_snapshot(snap, NULL);
