@@ -236,14 +236,18 @@ static void setting_found(const char *option, const char *value, const char *fro
 }
 
 /* The mango-* lines of a config file and of the files it includes (glob
- * patterns, as Redis expands them). */
+ * patterns, as Redis expands them). Lines are read whole, of any length, as
+ * Redis reads them: with a 4096-byte buffer the rest of a longer line (a long
+ * comment) was read as a line of its own, so "mango-pool PATH" there opened,
+ * or created, a pool that Redis's configuration does not name. */
 static void read_settings_file(const char *path, int depth)
 {
     FILE *f = fopen(path, "r");
     if (!f) return; /* Redis's own loading reports a file it cannot read */
     const char *from = NULL; /* path, kept for messages once a setting is found here */
-    char line[4096];
-    while (fgets(line, sizeof line, f)) {
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) >= 0) {
         int n = 0;
         sds *a = sdssplitargs(line, &n);
         if (a && n == 2 && !strcasecmp(a[0], "include") && depth < 16) {
@@ -261,6 +265,7 @@ static void read_settings_file(const char *path, int depth)
         }
         sdsfreesplitres(a, n);
     }
+    free(line);
     fclose(f);
 }
 

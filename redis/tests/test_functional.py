@@ -5186,6 +5186,28 @@ def test_settings_on_the_command_line_and_in_included_files():
         s.cleanup()
 
 
+def test_a_long_comment_line_in_redis_conf_is_a_comment():
+    """A comment line longer than 4096 bytes whose text past that point
+    reads "mango-pool PATH" (or "mango-mode bogus") is one comment, as Redis
+    reads it: the server opens the pool the file names. The adapter read
+    lines into a 4096-byte buffer, so that tail was a directive of its own:
+    the server created a 1 GiB pool at PATH and then stopped because Redis's
+    configuration named another, or stopped on the mode."""
+    s = settings_server()
+    try:
+        other = os.path.join(s.dir, "other.pool")
+        pad = "# " + "x" * 4093
+        s.config_file = write_file(os.path.join(s.dir, "redis.conf"),
+                                   f"mango-pool {s.pool}\nmango-mode emulated\nmango-pool-size 256m\n"
+                                   f"{pad} mango-pool {other}\n{pad} mango-mode bogus\n")
+        assert s.start() == "FRESH"
+        assert os.path.getsize(s.pool) == 256 << 20
+        assert not os.path.exists(other)
+        assert s.client().config_get("mango-pool") == {"mango-pool": s.pool}
+    finally:
+        s.cleanup()
+
+
 BAD_SETTINGS = {
     # case: (environment, config file text, arguments, message)
     "environment and config disagree": ({"MANGO_POOL": "{dir}/env.pool"}, "mango-pool {dir}/conf.pool\n", [],
