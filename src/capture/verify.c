@@ -15,6 +15,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <link.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -463,8 +464,19 @@ int capture_verify_setup(bool want, uintptr_t heap_lo, uintptr_t heap_hi)
     V.ignore_paused = pz && strcmp(pz, "ignore") == 0;
     V.abort_on_miss = env_on("MANGO_VERIFY_ABORT");
     V.verbose = env_on("MANGO_VERIFY_VERBOSE");
+    /* (strtoul alone made "abc" 0, every block listed, and "-1" 4294967295) */
     const char *ml = getenv("MANGO_VERIFY_MAX_REPORT");
-    V.max_lines = ml && *ml ? (unsigned)strtoul(ml, NULL, 10) : 256;
+    V.max_lines = 256;
+    if (ml && *ml) {
+        errno = 0;
+        unsigned long long v = strtoull(ml, NULL, 10);
+        if (errno || strspn(ml, "0123456789") != strlen(ml) || v > UINT_MAX) {
+            V.enabled = false;
+            return mango_error(MANGO_EINVAL, "MANGO_VERIFY_MAX_REPORT=%s: expected the missed blocks listed per "
+                               "batch, decimal digits, 0 (all) to %u", ml, UINT_MAX);
+        }
+        V.max_lines = (unsigned)v;
+    }
     V.fd = 2;
     V.own_fd = false;
     const char *path = getenv("MANGO_VERIFY_REPORT");

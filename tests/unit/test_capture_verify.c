@@ -20,7 +20,8 @@
  *      with MANGO_VERIFY_PAUSED=ignore (in a forked child) it is not, while
  *      a paused store to the durable heap, and an uncaptured .bss store made
  *      before the pause in the same block, still are, a batch may end while
- *      paused, and a bad value of the variable fails mango_init.
+ *      paused, and a bad value of the variable fails mango_init, as does a
+ *      MANGO_VERIFY_MAX_REPORT that is not a number of 0 to 2^32 - 1.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -378,6 +379,18 @@ static void check_paused_ignored(void)
         mango_config cfg;
         config(&cfg);
         cfg.pool_path = cpool;
+        /* MANGO_VERIFY_MAX_REPORT: a number or refused ("abc" listed every
+         * block, "-1" 4294967295 of them) */
+        static const char *bad_max[] = {"abc", "-1", " 5", "5x", "4294967296"};
+        for (unsigned i = 0; i < sizeof bad_max / sizeof *bad_max; i++) {
+            setenv("MANGO_VERIFY_MAX_REPORT", bad_max[i], 1);
+            int rc = mango_init(&cfg, &callbacks);
+            CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_VERIFY_MAX_REPORT"));
+            if (rc >= 0)
+                mango_shutdown();
+            unlink(cpool);
+        }
+        unsetenv("MANGO_VERIFY_MAX_REPORT");
         setenv("MANGO_VERIFY_PAUSED", "sometimes", 1);
         int rc = mango_init(&cfg, &callbacks);
         CHECK(rc == MANGO_EINVAL && strstr(mango_last_error(), "MANGO_VERIFY_PAUSED=sometimes"));
