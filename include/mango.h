@@ -532,7 +532,9 @@ int mango_snapshot_start(const char *path, mango_snapshot_job **job);
  * answers before it starts: MANGO_EEXIST if path exists, MANGO_EINVAL if
  * it is a name the pool gives its own files (<pool>.bigbatch, which a clean
  * shutdown and recovery remove and big batches write, or <pool>.tmp.*,
- * which a pool creation removes) or there is no pool; else MANGO_OK. */
+ * which a pool creation removes), or ends like a file of any pool does
+ * (.bigbatch, .tmp.<pid>, .copying-<pid>), or there is no pool; else
+ * MANGO_OK. */
 int mango_snapshot_check_path(const char *path);
 int mango_snapshot_poll(mango_snapshot_job *job, bool wait, mango_snapshot_info *info);
 void mango_snapshot_cancel(mango_snapshot_job *job);
