@@ -134,10 +134,26 @@ static size_t transient_usable_size(void *p)
  * parent's). A new attachment opens the queue again. */
 
 static pthread_mutex_t defer_lock = PTHREAD_MUTEX_INITIALIZER;
+/* This thread holds defer_lock across a snapshot's drain and fork
+ * (split_alloc_deferred_hold): its own queue operations then do not take
+ * it again. */
+static __thread bool defer_held_here;
 static void **defer_q;
 static size_t defer_n, defer_cap;
 static uint64_t defer_epoch; /* the attachment the queue belongs to */
 static bool defer_closed;
+
+static void defer_lock_take(void)
+{
+    if (!defer_held_here)
+        pthread_mutex_lock(&defer_lock);
+}
+
+static void defer_lock_give(void)
+{
+    if (!defer_held_here)
+        pthread_mutex_unlock(&defer_lock);
+}
 
 /* Under defer_lock: forget the queue of an earlier attachment. */
 static void defer_sync_epoch(void)
@@ -152,10 +168,10 @@ static void defer_sync_epoch(void)
 
 static void defer_free(void *p)
 {
-    pthread_mutex_lock(&defer_lock);
+    defer_lock_take();
     defer_sync_epoch();
     if (defer_closed) {
-        pthread_mutex_unlock(&defer_lock);
+        defer_lock_give();
         return;
     }
     if (defer_n == defer_cap) {
@@ -164,7 +180,7 @@ static void defer_free(void *p)
         if (!q) {
             /* Out of transient memory: leak the durable block rather than
              * free it outside the combiner. */
-            pthread_mutex_unlock(&defer_lock);
+            defer_lock_give();
             return;
         }
         defer_q = q;
@@ -172,17 +188,17 @@ static void defer_free(void *p)
     }
     defer_q[defer_n] = p;
     __atomic_store_n(&defer_n, defer_n + 1, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&defer_lock);
+    defer_lock_give();
 }
 
 bool split_alloc_deferred_pending(void)
 {
     if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0)
         return false;
-    pthread_mutex_lock(&defer_lock);
+    defer_lock_take();
     defer_sync_epoch();
     bool pending = defer_n != 0;
-    pthread_mutex_unlock(&defer_lock);
+    defer_lock_give();
     return pending;
 }
 
@@ -190,20 +206,32 @@ void split_alloc_drain_deferred(void)
 {
     if (__atomic_load_n(&defer_n, __ATOMIC_ACQUIRE) == 0 || !dheap_attached())
         return;
-    pthread_mutex_lock(&defer_lock);
+    defer_lock_take();
     defer_sync_epoch();
     for (size_t i = 0; i < defer_n; i++)
         dheap_free(defer_q[i]);
     __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
-    pthread_mutex_unlock(&defer_lock);
+    defer_lock_give();
 }
 
 void split_alloc_deferred_close(void)
 {
-    pthread_mutex_lock(&defer_lock);
+    defer_lock_take();
     defer_sync_epoch();
     __atomic_store_n(&defer_n, 0, __ATOMIC_RELEASE);
     defer_closed = true;
+    defer_lock_give();
+}
+
+void split_alloc_deferred_hold(void)
+{
+    pthread_mutex_lock(&defer_lock);
+    defer_held_here = true;
+}
+
+void split_alloc_deferred_release(void)
+{
+    defer_held_here = false;
     pthread_mutex_unlock(&defer_lock);
 }
 
@@ -215,6 +243,7 @@ void split_alloc_deferred_close(void)
 static void defer_fork_child(void)
 {
     pthread_mutex_init(&defer_lock, NULL);
+    defer_held_here = false; /* (a snapshot's fork: the lock is made anew) */
     defer_epoch = dheap_epoch();
     defer_n = 0;
     defer_closed = true;

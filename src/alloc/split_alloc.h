@@ -32,5 +32,11 @@ bool split_alloc_deferred_pending(void);
  * dheap_attach opens the queue again; a detach or attach also drops what an
  * earlier attachment queued. */
 void split_alloc_deferred_close(void);
+/* A snapshot, holding the write side: from hold to release, frees queued
+ * by other threads wait, so that the queue drained by the snapshot's batch
+ * stays empty until its fork (the calling thread's own queue operations go
+ * on). */
+void split_alloc_deferred_hold(void);
+void split_alloc_deferred_release(void);
 
 #endif
