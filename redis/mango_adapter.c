@@ -442,6 +442,12 @@ static size_t setting_size(const mango_setting *st)
                 "suffix)\n", st->config ? st->option : st->env, st->value);
         exit(1);
     }
+    /* (0 was the runtime's default, silently: leave the setting out for that) */
+    if (st->value && n == 0) {
+        fprintf(stderr, "Mangosteen: %s '%s': a pool or log of no bytes (leave the setting out for the "
+                "default)\n", st->config ? st->option : st->env, st->value);
+        exit(1);
+    }
     return (size_t)n;
 }
 
@@ -654,8 +660,11 @@ void mangoRedisInit(int argc, char **argv)
                  (unsigned long long)rs.recovery_frames_replayed, rs.recovery_frames_replayed == 1 ? "" : "es",
                  rs.recovery_torn_tail ? "; an incomplete last one, never acknowledged, discarded" : "");
     }
-    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s%s%s", pool ? pool : "(default)",
-             mode && *mode ? mode : "emulated", mango_recovered ? "RECOVERED" : "FRESH", replayed,
+    /* The pool and mode in effect (the settings may name none, "auto" or
+     * another case of a mode's name). */
+    const char *in_effect = *mango_pool_path() ? mango_pool_path() : pool ? pool : "(default)";
+    snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: %s%s%s", in_effect,
+             mango_mode_name(), mango_recovered ? "RECOVERED" : "FRESH", replayed,
              test_reads_ignore_keys ? " (TEST MUTANT MANGO_REDIS_TEST_READS_IGNORE_KEYS: reads do not "
                                       "wait for the writes they observe; never use it in production)" : "");
     if (mango_recovered && durable_magic != MANGO_REDIS_MAGIC) {
@@ -671,7 +680,7 @@ void mangoRedisInit(int argc, char **argv)
          * a new pool instead of refusing it for good. */
         mango_recovered = 0;
         snprintf(init_msg, sizeof init_msg, "Mangosteen: pool %s, mode %s: FRESH (made by an earlier start "
-                 "that stopped before it held any data)", pool ? pool : "(default)", mode && *mode ? mode : "emulated");
+                 "that stopped before it held any data)", in_effect, mango_mode_name());
     }
 }
 

@@ -5193,6 +5193,20 @@ def test_settings_on_the_command_line_and_in_included_files():
         s.cleanup()
 
 
+def test_the_start_line_names_the_mode_in_effect():
+    """The adapter's start-up line names the mode in effect, as INFO's
+    mango_mode does, not the setting's spelling (session 41: "--mango-mode
+    EMULATED" logged "mode EMULATED", "auto" logged "mode auto")."""
+    s = settings_server()
+    try:
+        s.extra_args = ["--mango-pool", s.pool, "--mango-mode", "EMULATED"]
+        assert s.start() == "FRESH"
+        assert f"Mangosteen: pool {s.pool}, mode emulated: FRESH" in s.logtext(), s.logtext()[-2000:]
+        assert s.client().info("mangosteen")["mango_mode"] == "emulated"
+    finally:
+        s.cleanup()
+
+
 def test_a_long_comment_line_in_redis_conf_is_a_comment():
     """A comment line longer than 4096 bytes whose text past that point
     reads "mango-pool PATH" (or "mango-mode bogus") is one comment, as Redis
@@ -5223,6 +5237,10 @@ BAD_SETTINGS = {
                         "mango-pool-size '12x' is not a size"),
     "environment size not a size": ({"MANGO_POOL_SIZE": "1.5g"}, "", ["--mango-pool", "{dir}/x.pool"],
                                     "MANGO_POOL_SIZE '1.5g' is not a size"),
+    "size zero": ({}, "", ["--mango-pool", "{dir}/x.pool", "--mango-log-size", "0"],
+                  "mango-log-size '0': a pool or log of no bytes"),
+    "environment size zero": ({"MANGO_POOL_SIZE": "0k"}, "", ["--mango-pool", "{dir}/x.pool"],
+                              "MANGO_POOL_SIZE '0k': a pool or log of no bytes"),
     "unknown mode": ({}, "mango-mode bogus\nmango-pool {dir}/x.pool\n", [], "unknown mango-mode 'bogus'"),
     "option without a value": ({}, "", ["--mango-pool"], "--mango-pool needs a value"),
     "two values in the file": ({}, "mango-pool {dir}/a.pool {dir}/b.pool\n", [], "takes exactly one value"),
