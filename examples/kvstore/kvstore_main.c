@@ -239,6 +239,8 @@ static void parse(int argc, char **argv)
         default: fputs("Try 'kvstore --help'.\n", stderr); exit(2);
         }
     }
+    if (O.pool && !*O.pool) /* (an empty path silently meant the default pool) */
+        die_usage("%s", "--pool needs a path (leave it out for the default)");
     if (optind >= argc)
         die_usage("%s", "missing COMMAND");
     O.cmd = argv[optind];

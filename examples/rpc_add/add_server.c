@@ -186,9 +186,10 @@ static void usage(FILE *f)
 "                     multiple of 4K (exit 1)\n"
 "  --host ADDR        address to listen on: IPv4, IPv6 (::1) or a name (default 127.0.0.1)\n"
 "  --port N           TCP port 0-65535 (default 0: any free port, printed at start)\n"
-"  --unix PATH        listen on a Unix-domain socket at PATH instead of TCP (a\n"
-"                     socket left by a server that is gone is replaced; a live\n"
-"                     server's socket, or anything else, is refused)\n"
+"  --unix PATH        listen on a Unix-domain socket at PATH instead of TCP (not\n"
+"                     with --host or --port; a socket left by a server that is\n"
+"                     gone is replaced; a live server's socket, or anything\n"
+"                     else, is refused)\n"
 "  --threads N        worker threads, 1-256 (default 8). A worker holds its responses\n"
 "                     while their commands become durable and serves its other\n"
 "                     connections meanwhile (fs, sim modes), so one per CPU is\n"
@@ -244,7 +245,7 @@ int main(int argc, char **argv)
         {"port", required_argument, 0, 'P'}, {"threads", required_argument, 0, 't'},
         {"max-connections", required_argument, 0, 'c'}, {"idle-timeout", required_argument, 0, 'i'},
         {"unkeyed-reads", no_argument, 0, 'u'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    bool keyed_reads = true;
+    bool keyed_reads = true, port_given = false;
     int o;
     while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (o) {
@@ -259,7 +260,10 @@ int main(int argc, char **argv)
         case 'l': cfg.log_size = (size_t)parse_num("add_server", optarg, "--log-size", 64u << 10, (uint64_t)1 << 50, true); break;
         case 'H': rc.host = optarg; break;
         case 'U': rc.unix_path = optarg; break;
-        case 'P': rc.port = (uint16_t)parse_num("add_server", optarg, "--port", 0, 65535, false); break;
+        case 'P':
+            rc.port = (uint16_t)parse_num("add_server", optarg, "--port", 0, 65535, false);
+            port_given = true;
+            break;
         case 't': rc.threads = (unsigned)parse_num("add_server", optarg, "--threads", 1, 256, false); break;
         case 'c':
             rc.max_connections = (uint32_t)parse_num("add_server", optarg, "--max-connections", 1, 1u << 20, false);
@@ -274,6 +278,17 @@ int main(int argc, char **argv)
     }
     if (optind < argc) {
         fprintf(stderr, "add_server: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    /* (The runtime took an empty pool path for the default pool, and a Unix
+     * socket over --host/--port, silently.) */
+    const char *conflict = cfg.pool_path && !*cfg.pool_path ? "--pool needs a path (leave it out for the default)"
+                           : rc.unix_path && (rc.host || port_given)
+                               ? "--unix names a Unix socket, --host and --port a TCP listener: give one of them"
+                               : NULL;
+    if (conflict) {
+        fprintf(stderr, "add_server: %s\n", conflict);
         usage(stderr);
         return 2;
     }

@@ -134,6 +134,12 @@ def test_numeric_options_are_range_checked(pool, opt, val):
     assert not os.path.exists(pool)
 
 
+def test_empty_pool_path_is_refused(pool):
+    """--pool "" ran on the default pool, silently (session 41)."""
+    r = kv("run", "--pool", "", "--seconds", "0.05", check=False)
+    assert r.returncode == 2 and "--pool needs a path" in r.stderr, (r.returncode, r.stdout, r.stderr)
+
+
 def test_help_gives_the_ranges():
     out = kv("--help").stdout
     assert "1-64" in out and "0-100" in out and "[0, 1)" in out and "16-1G" in out

@@ -828,6 +828,14 @@ def test_bad_options(pool):
         assert p.returncode == 2, (opt, val, p.returncode, p.stdout, p.stderr)
         assert opt in p.stderr and repr(val) in p.stderr, (opt, val, p.stderr)
         assert not os.path.exists(pool), (opt, val)
+    # Silently taken before (session 41): an empty --pool was the default
+    # pool, and --unix won over --host/--port.
+    for args, says in ((["--pool", ""], "--pool needs a path"),
+                       (["--pool", pool, "--unix", pool + ".sock", "--port", "5555"], "give one of them"),
+                       (["--pool", pool, "--unix", pool + ".sock", "--host", "::1"], "give one of them")):
+        p = subprocess.run([BINARY, "--mode", "sim"] + args, capture_output=True, text=True, timeout=10)
+        assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stdout, p.stderr)
+        assert not os.path.exists(pool) and not os.path.exists(pool + ".sock"), args
     p = subprocess.run([BINARY, "--help"], capture_output=True, text=True)
     assert p.returncode == 0 and "Protocol" in p.stdout
 
