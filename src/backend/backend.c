@@ -20,8 +20,7 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
-/* Does block entry e, in data region r, write a byte below r's loader_end? */
-static bool writes_loader_bytes(const pool *p, const pool_region *r, const log_entry *e)
+bool backend_writes_loader_bytes(const pool *p, const pool_region *r, const log_entry *e)
 {
     uint64_t end = p->loader_end[r - p->regions];
     if (r->kind != POOL_REGION_DATA || e->addr >= end)
@@ -76,7 +75,7 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
                                (unsigned long long)f->seq, (unsigned long long)e[i].addr);
-        if (r && writes_loader_bytes(p, r, &e[i]))
+        if (r && backend_writes_loader_bytes(p, r, &e[i]))
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu writes block %#llx in the dynamic loader's part of the "
                                "data segment (below %#llx: the lazy-binding table, relocated data), which "

@@ -30,9 +30,11 @@ typedef struct pool {
     /* Per data region: the bytes below this address are the dynamic
      * loader's (the end of RELRO, the lazy-binding GOT: layout.h,
      * data_start), never written by the program, so a pool whose bitmap or
-     * log marks one is refused before recovery writes anything. Set by the
-     * runtime from its layout after pool_open; 0 (unknown: the mango CLI,
-     * which does not run the program) checks nothing. */
+     * log marks one is refused before recovery writes anything. pool_open
+     * sets it from the region table (pool_region.loader_bytes), so the mango
+     * CLI sees it too; the runtime then sets it from its own layout. 0
+     * (unknown: a pool made before session 41, opened by the CLI) checks
+     * nothing. */
     uint64_t loader_end[POOL_MAX_REGIONS];
     pool_head_slot head;    /* validated copy of the newest slot */
     unsigned head_slot;     /* index of the newest slot */
@@ -52,6 +54,7 @@ typedef struct pool_create_params {
     unsigned n_data;          /* executable data regions */
     uint64_t data_vaddr[POOL_MAX_REGIONS - 1];
     uint64_t data_size[POOL_MAX_REGIONS - 1];
+    uint64_t data_loader_bytes[POOL_MAX_REGIONS - 1]; /* pool_region.loader_bytes (0: unknown) */
     uint64_t fingerprint;
     const char *fingerprint_text;
     /* Optional: fill the new pool's region mirrors before it is synced and
@@ -130,6 +133,9 @@ int pool_write_head(pool *p, uint64_t head_lsn, uint64_t next_seq, uint64_t gene
 
 static inline char *pool_log(const pool *p) { return p->base + p->hdr->log_offset; }
 const pool_region *pool_find_region(const pool *p, unsigned kind);
+/* MANGO_EBADPOOL (the message names the byte) if a data region's bitmap
+ * marks a byte below its loader_end, else MANGO_OK. */
+int pool_check_loader_bits(const pool *p);
 
 /* Choose the mode for a file: tmpfs -> emulated, DAX (MAP_SYNC works) -> pmem,
  * else fs. */

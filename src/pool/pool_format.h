@@ -79,7 +79,12 @@ typedef struct pool_region {
     uint64_t size;          /* multiple of 32 */
     uint64_t mirror_offset; /* pool offset of the persistent copy */
     uint64_t bitmap_offset; /* data regions: one bit per byte written by RW commands */
-    uint64_t reserved2;
+    /* Data regions: how many of its first bytes only the dynamic loader
+     * writes (the end of RELRO, the lazy-binding GOT: layout.h, data_start);
+     * no bitmap bit or log block may name one. 0: not recorded (a pool made
+     * before session 41, when this field was reserved and zero; recovery
+     * then takes the bound from the running program). Heap regions: 0. */
+    uint64_t loader_bytes;
 } pool_region;
 
 _Static_assert(sizeof(pool_head_slot) == 64, "head slot is one cache line");

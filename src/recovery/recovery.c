@@ -60,38 +60,12 @@ static int walk_preview(const heap_preview *hp, uint64_t frames)
     return MANGO_OK;
 }
 
-/* No data region's bitmap may mark a byte below its loader_end (pool.h):
- * restoring it would write the mirror's byte over the dynamic loader's (a
- * lazily bound function's address), and the process would crash or hang at
- * its next call through it, after recovery had written the pool. The bitmap
- * has no checksum of its own: one flipped bit did it (a fuzzing review,
- * session 40). Checked before anything is written. */
-static int loader_bytes_unmarked(const pool *p)
-{
-    for (unsigned i = 0; i < p->nregions; i++) {
-        const pool_region *r = &p->regions[i];
-        if (r->kind != POOL_REGION_DATA || p->loader_end[i] <= r->vaddr)
-            continue;
-        uint64_t n = p->loader_end[i] - r->vaddr < r->size ? p->loader_end[i] - r->vaddr : r->size;
-        const unsigned char *bits = (const unsigned char *)p->base + r->bitmap_offset;
-        for (uint64_t b = 0; b < n; b++)
-            if (bits[b / 8] & (1u << (b % 8)))
-                return mango_error(MANGO_EBADPOOL,
-                                   "the pool marks byte %#llx of the executable's data segment as written by "
-                                   "the program, but it is the dynamic loader's (below %#llx: the lazy-binding "
-                                   "table, relocated data); the pool's bitmap is damaged; refusing to recover, "
-                                   "the pool is unchanged",
-                                   (unsigned long long)(r->vaddr + b), (unsigned long long)p->loader_end[i]);
-    }
-    return MANGO_OK;
-}
-
 int recovery_replay(pool *p, bool walk_heap, recovery_report *rep, uint64_t *tail_lsn,
                     uint64_t *next_seq, uint64_t *generation)
 {
     double t0 = now();
     replay_ctx c = {.p = p};
-    int lrc = loader_bytes_unmarked(p);
+    int lrc = pool_check_loader_bits(p);
     if (lrc != MANGO_OK)
         return lrc;
     rep->heap_walked = 0;

@@ -706,6 +706,7 @@ static int open_durable(const mango_config *cfg, int *status)
         for (unsigned i = 0; i < rt.layout.n_data; i++) {
             pp.data_vaddr[i] = rt.layout.data_lo[i];
             pp.data_size[i] = rt.layout.data_hi[i] - rt.layout.data_lo[i];
+            pp.data_loader_bytes[i] = rt.layout.data_start[i] - rt.layout.data_lo[i];
         }
         rc = pool_create(rt.pool_path, &pp);
         if (rc && rc != MANGO_EEXIST)
@@ -739,7 +740,9 @@ static int open_durable(const mango_config *cfg, int *status)
         return rc;
     recovery_trace("init: pool opened and validated");
     pool *p = &rt.pool;
-    for (unsigned i = 0; i < p->nregions; i++) /* (pool_open matched the regions to the layout) */
+    /* (pool_open matched the regions to the layout. The table's own bound,
+     * if recorded, is the same: the program's, whose layout made the pool.) */
+    for (unsigned i = 0; i < p->nregions; i++)
         for (unsigned j = 0; j < rt.layout.n_data; j++)
             if (p->regions[i].kind == POOL_REGION_DATA && p->regions[i].vaddr == rt.layout.data_lo[j])
                 p->loader_end[i] = rt.layout.data_start[j];

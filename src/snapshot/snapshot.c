@@ -382,7 +382,8 @@ int snapshot_start(const pool *p, const redo_log *log, uint64_t applied_lsn, con
         if (s.pp.n_data == POOL_MAX_REGIONS - 1)
             return mango_error(MANGO_ELAYOUT, "mango_snapshot: too many data regions");
         s.pp.data_vaddr[s.pp.n_data] = r->vaddr;
-        s.pp.data_size[s.pp.n_data++] = r->size;
+        s.pp.data_size[s.pp.n_data] = r->size;
+        s.pp.data_loader_bytes[s.pp.n_data++] = p->loader_end[i] > r->vaddr ? p->loader_end[i] - r->vaddr : 0;
         s.bits_at[i] = bits_len;
         bits_len += bitmap_bytes(r);
     }

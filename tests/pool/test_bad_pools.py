@@ -463,9 +463,9 @@ def rewrite_region_table(path, n):
 
 def region_field(i, name):
     """Offset of a pool_region field (kind u32, reserved u32, vaddr, size,
-    mirror_offset, bitmap_offset, reserved2: u64)."""
+    mirror_offset, bitmap_offset, loader_bytes: u64)."""
     return REGIONS_OFFSET + i * REGION_SIZE + {"vaddr": 8, "size": 16, "mirror_offset": 24,
-                                                "bitmap_offset": 32}[name]
+                                                "bitmap_offset": 32, "loader_bytes": 40}[name]
 
 
 @pytest.mark.parametrize("case", ["log-size-0", "log-past-the-end", "log-over-the-header",
@@ -1198,10 +1198,12 @@ def test_bitmap_bit_on_the_loaders_bytes_is_refused(workdir):
     had written the pool (found by a fuzzing review: 17 of 159 such bits
     crashed, 6 hung). The open now refuses it naming the loader's part, the
     file unchanged; a bit on .data's first byte, just past it, opens.
-    (`mango check`, which does not run the program, does not know where the
-    loader's part ends and passes the pool.)"""
+    `mango check`, which does not run the program, passed such a pool until
+    the pool recorded where the loader's part ends (pool_region.loader_bytes,
+    session 41): it refuses it now, with the same message."""
     p = make_pool(workdir)
     d, data_start = loader_part(p)
+    assert d["loader_bytes"] == data_start - d["vaddr"], (d, data_start)
     with open(p, "rb") as f:
         orig = f.read()
     for off in (0, 7 * 8, 29 * 8, data_start - d["vaddr"] - 1, data_start - d["vaddr"]):
@@ -1210,12 +1212,16 @@ def test_bitmap_bit_on_the_loaders_bytes_is_refused(workdir):
         at = d["bitmap_offset"] + off // 8
         write_at(p, at, bytes([read_at(p, at, 1)[0] | (1 << (off % 8))]))
         before = sha256(p)
+        c = check(p)
         k = reopen(p)
         if off < data_start - d["vaddr"]:
+            assert c.returncode == 1, (off, c.returncode, c.stdout, c.stderr)
+            assert "the dynamic loader's" in c.stderr and "bitmap is damaged" in c.stderr, c.stderr
             assert k.returncode == 2, (off, k.returncode, k.stdout, k.stderr)
             assert "the dynamic loader's" in k.stderr and "bitmap is damaged" in k.stderr, k.stderr
             assert sha256(p) == before, "refusing the pool modified it"
         else:
+            assert c.returncode == 0, (off, c.returncode, c.stderr)
             assert k.returncode == 0 and "RECOVERED" in k.stdout, (off, k.returncode, k.stderr)
 
 
@@ -1235,10 +1241,41 @@ def test_log_block_on_the_loaders_bytes_is_refused(workdir):
     struct.pack_into("<I", hdr, 60, crc32c(bytes(hdr[:60])))
     write_at(p, f["offset"], bytes(hdr) + bytes(ent))
     before = sha256(p)
+    c = check(p)
+    assert c.returncode == 1 and "dynamic loader's part of the data segment" in c.stderr, (c.returncode, c.stderr)
     k = reopen(p)
     assert k.returncode == 2, (k.returncode, k.stdout, k.stderr)
     assert "dynamic loader's part of the data segment" in k.stderr, k.stderr
     assert sha256(p) == before, "refusing the pool modified it"
+
+
+def test_loader_bytes_unrecorded_or_out_of_range(workdir):
+    """A pool made before session 41 records no loader_bytes (the field was
+    reserved and zero): it opens and checks as before, and the open still
+    refuses a bitmap bit on the loader's part, from the running program's
+    layout; `mango check` cannot tell and passes it. A loader_bytes past the
+    region's size (its table checksum recomputed) is a malformed region."""
+    p = make_pool(workdir)
+    d, data_start = loader_part(p)
+    i, n = d["index"], len(inspect_json(p)["regions"])
+    with open(p, "rb") as f:
+        orig = f.read()
+    write_at(p, region_field(i, "loader_bytes"), struct.pack("<Q", 0))
+    rewrite_region_table(p, n)
+    assert inspect_json(p)["regions"][i]["loader_bytes"] == 0
+    assert "unrecorded" in run(MANGO, "inspect", p).stdout
+    c = check(p)
+    assert c.returncode == 0, c.stderr
+    at = d["bitmap_offset"]
+    write_at(p, at, bytes([read_at(p, at, 1)[0] | 1]))
+    assert check(p).returncode == 0
+    k = reopen(p)
+    assert k.returncode == 2 and "bitmap is damaged" in k.stderr, (k.returncode, k.stderr)
+    with open(p, "wb") as f:
+        f.write(orig)
+    write_at(p, region_field(i, "loader_bytes"), struct.pack("<Q", d["size"] + 32))
+    rewrite_region_table(p, n)
+    assert_refused(p, "region %d is malformed" % i)
 
 
 def test_inspect_shows_a_damaged_creation_time_as_not_a_date(workdir):

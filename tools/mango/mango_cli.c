@@ -355,11 +355,19 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                    "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
                                    "address %#" PRIx64 " is not %u-byte aligned",
                                    f->lsn, f->seq, i, a, LOG_BLOCK_SIZE);
-            if (!region_of(c->p, a))
+            const pool_region *r = region_of(c->p, a);
+            if (!r)
                 return mango_error(MANGO_EBADPOOL,
                                    "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
                                    "%#" PRIx64 " lies outside every durable region",
                                    f->lsn, f->seq, i, a);
+            if (backend_writes_loader_bytes(c->p, r, &e[i]))
+                return mango_error(MANGO_EBADPOOL,
+                                   "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
+                                   "%#" PRIx64 " writes the dynamic loader's part of the data segment (below "
+                                   "%#" PRIx64 ": the lazy-binding table, relocated data), which the program "
+                                   "never writes",
+                                   f->lsn, f->seq, i, a, c->p->loader_end[r - c->p->regions]);
             /* Replay this block onto our copy of the heap root, and of the
              * heap if kept (heap blocks are copied whole by the backend). */
             preview(c, a, LOG_BLOCK_SIZE, (const char *)e[i].data);
@@ -433,14 +441,20 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     if (tl == 0 || t[tl - 1] != '\n')
         putchar('\n');
     printf("regions: %u\n", p->nregions);
-    printf("  #  kind  vaddr               size                mirror offset       bitmap offset\n");
+    printf("  #  kind  vaddr               size                mirror offset       bitmap offset       "
+           "loader bytes\n");
     for (unsigned i = 0; i < p->nregions; i++) {
         const pool_region *r = &p->regions[i];
-        char bm[24] = "-";
-        if (r->kind == POOL_REGION_DATA)
+        char bm[24] = "-", lb[24] = "-";
+        if (r->kind == POOL_REGION_DATA) {
             snprintf(bm, sizeof bm, "%#" PRIx64, r->bitmap_offset);
-        printf("  %-2u %-5s %#-18" PRIx64 "  %-18" PRIu64 "  %#-18" PRIx64 "  %s\n", i,
-               region_kind_name(r->kind), r->vaddr, r->size, r->mirror_offset, bm);
+            if (r->loader_bytes) /* (0: not recorded, a pool made before session 41) */
+                snprintf(lb, sizeof lb, "%" PRIu64, r->loader_bytes);
+            else
+                snprintf(lb, sizeof lb, "unrecorded");
+        }
+        printf("  %-2u %-5s %#-18" PRIx64 "  %-18" PRIu64 "  %#-18" PRIx64 "  %-18s  %s\n", i,
+               region_kind_name(r->kind), r->vaddr, r->size, r->mirror_offset, bm, lb);
     }
     printf("head slots:\n");
     for (unsigned i = 0; i < 2; i++) {
@@ -514,9 +528,10 @@ static void print_json(const char *path, const pool *p, const log_scan_result *r
     for (unsigned i = 0; i < p->nregions; i++) {
         const pool_region *r = &p->regions[i];
         fprintf(o, "%s\n    {\"index\": %u, \"kind\": \"%s\", \"vaddr\": %" PRIu64 ", \"size\": %" PRIu64
-                   ", \"mirror_offset\": %" PRIu64 ", \"bitmap_offset\": %" PRIu64 "}",
+                   ", \"mirror_offset\": %" PRIu64 ", \"bitmap_offset\": %" PRIu64
+                   ", \"loader_bytes\": %" PRIu64 "}",
                 i ? "," : "", i, region_kind_name(r->kind), r->vaddr, r->size, r->mirror_offset,
-                r->kind == POOL_REGION_DATA ? r->bitmap_offset : 0);
+                r->kind == POOL_REGION_DATA ? r->bitmap_offset : 0, r->loader_bytes);
     }
     fprintf(o, "\n  ],\n  \"head_slots\": [");
     for (unsigned i = 0; i < 2; i++) {
@@ -641,6 +656,12 @@ int check_one_as(const char *file, const char *path, bool quiet, bool walk_heap)
                         "(advance %" PRIu64 ")\n",
                 path, 1 - p.head_slot, p.head_slot, p.head.advance);
 
+    rc = pool_check_loader_bits(&p);
+    if (rc != MANGO_OK) {
+        fprintf(stderr, "mango: %s: %s\n", path, mango_last_error());
+        pool_close(&p);
+        return exit_code_for(rc);
+    }
     scan_ctx c = {.p = &p, .check_entries = true};
     const pool_region *heap = pool_find_region(&p, POOL_REGION_HEAP);
     if (heap) /* (pool_open refused a heap too small for its root, as recovery's open does) */
