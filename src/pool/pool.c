@@ -593,7 +593,7 @@ static int validate(pool *p, const char *path, size_t file_size)
         uint64_t bitmap_bytes = (r->size >> 3) + ((r->size & 7) != 0);
         if ((!heap && r->kind != POOL_REGION_DATA) || r->size == 0 || !span_fits(r->mirror_offset, r->size, file_size) ||
             r->vaddr % 32 || r->size % 32 || r->vaddr + r->size < r->vaddr ||
-            (!heap && !span_fits(r->bitmap_offset, bitmap_bytes, file_size)) ||
+            (!heap && (!span_fits(r->bitmap_offset, bitmap_bytes, file_size) || r->bitmap_offset % 8)) ||
             (heap && (r->vaddr != h->heap_base || r->size != h->heap_capacity)) ||
             r->loader_bytes > (heap ? 0 : r->size))
             return mango_error(MANGO_EBADPOOL, "%s: region %u is malformed", path, i);
