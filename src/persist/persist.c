@@ -34,7 +34,10 @@ static _Atomic uint64_t sync_count;
  * MANGO_FAULT_SYNC_SITE=WHERE      with MANGO_FAULT_SYNC: count only the
  *                                  syncs made at that site (their `where`,
  *                                  e.g. big_batch.sync), so a test can fail
- *                                  one particular ordering point.
+ *                                  one particular ordering point. The
+ *                                  uncounted syncs (a new file's, a
+ *                                  directory's, a writeback) fail only
+ *                                  this way.
  * MANGO_FAULT_SHORT_WRITES=1       every pwrite here (sim mode's syncs, the
  *                                  big-batch file) stores at most half of
  *                                  what it was asked (exercises the loop).
@@ -106,6 +109,16 @@ static bool fault_now(uint64_t nth, const char *where)
         return nth == (uint64_t)fault_sync_at;
     return where && strcmp(where, fault_site) == 0 &&
            atomic_fetch_add_explicit(&fault_site_count, 1, memory_order_relaxed) + 1 == (uint64_t)fault_sync_at;
+}
+
+/* The syncs below persist_sync_file (a new file's, a directory's, a
+ * writeback) are not counted: they fail only at the site
+ * MANGO_FAULT_SYNC_SITE names, so the numbering of the counted syncs stays
+ * the same. 0, or the injected -errno. */
+static int fault_uncounted(const char *where)
+{
+    pthread_once(&fault_once, read_fault_env);
+    return fault_now(0, where) ? -fault_sync_errno : 0;
 }
 
 #define LINE 64u
@@ -578,7 +591,9 @@ int persist_sync_file(persist_domain *d, int fd, int stage_fd, uint64_t len, con
 
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
 {
-    (void)where;
+    int f = fault_uncounted(where);
+    if (f != 0)
+        return f;
     if ((base && msync(base, len, MS_SYNC) != 0) || fsync(fd) != 0)
         return -errno;
     return 0;
@@ -586,7 +601,9 @@ int persist_sync_new_file(void *base, size_t len, int fd, const char *where)
 
 int persist_writeback(int fd, uint64_t off, uint64_t len, const char *where)
 {
-    (void)where;
+    int f = fault_uncounted(where);
+    if (f != 0)
+        return f;
     if (sync_file_range(fd, (off64_t)off, (off64_t)len,
                         SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) != 0 &&
         errno != ENOSYS && errno != EINVAL)
@@ -596,7 +613,9 @@ int persist_writeback(int fd, uint64_t off, uint64_t len, const char *where)
 
 int persist_sync_directory(const char *dir, const char *where)
 {
-    (void)where;
+    int f = fault_uncounted(where);
+    if (f != 0)
+        return f;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0)
         return -errno;

@@ -144,8 +144,9 @@ int persist_stage_file(const persist_domain *d, int *fd);
  * the file durable, then (after its rename) its directory entry. Not seen by
  * the observer nor counted: creation is atomic by the rename, and a crash
  * before the directory sync only loses a pool that acknowledged nothing yet.
- * 0 or -errno. base NULL: a file written with write(), no mapping (`mango
- * copy`'s copies). Also syncs the zeros pool_open writes into the log ring
+ * 0 or -errno. A fault is injected here only at the site
+ * MANGO_FAULT_SYNC_SITE names (persist.c). base NULL: a file written with
+ * write(), no mapping (`mango copy`'s copies). Also syncs the zeros pool_open writes into the log ring
  * of a sparse pool (a backup), which change no byte of it. */
 int persist_sync_new_file(void *base, size_t len, int fd, const char *where);
 int persist_sync_directory(const char *dir, const char *where);
@@ -155,7 +156,7 @@ int persist_sync_directory(const char *dir, const char *where);
  * metadata; a later persist_sync_new_file makes the file durable), only a
  * bound on the dirty pages a large writer queues in front of other syncs (a
  * snapshot's writer). Where the kernel or file system lacks it, nothing.
- * 0 or -errno. */
+ * Not counted; faults as persist_sync_new_file's. 0 or -errno. */
 int persist_writeback(int fd, uint64_t off, uint64_t len, const char *where);
 
 /* Counters (atomic). */

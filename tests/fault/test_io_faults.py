@@ -79,3 +79,27 @@ def test_no_write_is_acknowledged_after_a_failure(files):
              "--values", "1000", "--update-pct", "50"], env={"MANGO_FAULT_SYNC": "30"})
     assert r.returncode == 2
     assert "ops_per_sec" not in r.stdout  # the run did not complete normally
+
+
+@pytest.mark.parametrize("mode", ["emulated", "sim", "fs"])
+@pytest.mark.parametrize("site,message", [
+    ("pool.create_sync", r"cannot sync new pool \S+\.tmp\.\d+: "),
+    ("pool.create_dir_sync", r"cannot sync the directory of new pool \S+: "),
+])
+@pytest.mark.parametrize("fault,error", [("1", "Input/output error"), ("1:ENOSPC", "No space left on device")])
+def test_failed_pool_creation_sync_leaves_nothing(files, mode, site, message, fault, error):
+    """Pool creation's syncs (the new file's, then its directory's, after the
+    rename) are not counted by MANGO_FAULT_SYNC: they fail only at the site
+    MANGO_FAULT_SYNC_SITE names. Either failing fails the start with a
+    clear error and leaves neither the pool nor its temporary file; the next
+    start creates the pool."""
+    pool, ack = files
+    d = os.path.dirname(pool)
+    r = run(["run", "--pool", pool, "--mode", mode, "--seconds", "1", "--threads", "1", "--values", "100"],
+            env={"MANGO_FAULT_SYNC": fault, "MANGO_FAULT_SYNC_SITE": site}, timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert re.search(message + re.escape(error), r.stderr), r.stderr
+    assert "ops_per_sec" not in r.stdout
+    assert os.listdir(d) == [], os.listdir(d)
+    r = run(["run", "--pool", pool, "--mode", mode, "--seconds", "0.2", "--threads", "1", "--values", "100"])
+    assert r.returncode == 0 and "ops_per_sec" in r.stdout, r.stdout + r.stderr
