@@ -254,8 +254,13 @@ static void child_main(snapshot_src *s, const char *path, int report_fd)
     r.paced_seconds = paced_total;
     if (r.rc == MANGO_EEXIST)
         r.rc = mango_error(MANGO_EEXIST, "%s exists: a snapshot never replaces a file", path);
+    /* pool_create's own messages name neither the snapshot nor its path but
+     * the temporary file, gone by now ("cannot sync new pool <snap>.tmp.<pid>:
+     * Input/output error" when the pool's final sync fails): say whose. */
     if (r.rc != MANGO_OK)
-        snprintf(r.message, sizeof r.message, "%s", mango_last_error());
+        snprintf(r.message, sizeof r.message, "%s%s",
+                 strncmp(mango_last_error(), "mango_snapshot", 14) != 0 ? "mango_snapshot: " : "",
+                 mango_last_error());
     ssize_t w = write(report_fd, &r, sizeof r);
     _exit(w == (ssize_t)sizeof r ? 0 : 1);
 }

@@ -11,7 +11,8 @@
  *   - a first process creates the pool and commits 10 batches;
  *   - a second one recovers it, starts a snapshot and commits a batch
  *     between polls (wait false) until mango_snapshot_poll returns: it must
- *     be MANGO_EIO with a message naming the error, nothing at the
+ *     be MANGO_EIO with a message that starts "mango_snapshot: " and names
+ *     the error, nothing at the
  *     snapshot's path, no temporary file "<snap>.tmp.*"; then 10 more
  *     batches commit, and the process ends without a shutdown (a crash);
  *   - a third process recovers every batch the second one committed.
@@ -134,6 +135,7 @@ static int failing_snapshot(const char *pool, int mode)
     /* Reported as failed, with the injected error named. */
     fails += rc != MANGO_EIO;
     fails += !strstr(msg, strerror(fault_errno));
+    fails += strncmp(msg, "mango_snapshot: ", 16) != 0; /* whose failure it is */
     /* Nothing at the path, no temporary file. */
     fails += exists(snap);
     fails += leftovers() != 0;
