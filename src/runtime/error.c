@@ -4,8 +4,10 @@
 
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 static __thread char last_error[1024];
 /* The first fatal error's message: set by the thread that hit it (a
@@ -28,6 +30,18 @@ void mango_error_adopt_fatal(void)
     if (fatal_error[0])
         snprintf(last_error, sizeof last_error, "%s", fatal_error);
     pthread_mutex_unlock(&fatal_mu);
+}
+
+bool mango_error_await_fatal(unsigned ms)
+{
+    for (unsigned waited_us = 0;; waited_us += 200) {
+        pthread_mutex_lock(&fatal_mu);
+        bool published = fatal_error[0] != 0;
+        pthread_mutex_unlock(&fatal_mu);
+        if (published || waited_us >= ms * 1000u)
+            return published;
+        nanosleep(&(struct timespec){.tv_nsec = 200 * 1000}, NULL);
+    }
 }
 
 int mango_error_stopped(void)
