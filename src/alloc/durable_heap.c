@@ -1379,7 +1379,10 @@ bool dheap_fits(size_t n)
             return true;
         need = class_chunk(c) > PAGE ? class_chunk(c) : PAGE;
     }
-    for (uint64_t e = r->large_free; e && most < need; e = link_at(e)[0])
+    /* (Checked as malloc follows it: mango_heap_fits runs before a big
+     * value's malloc, and a damaged link hung or crashed here first.) */
+    uint64_t steps = 0;
+    for (uint64_t e = large_next("fits", 0, &steps); e && most < need; e = large_next("fits", e, &steps))
         if (csize(hdr_at(e)) > most)
             most = csize(hdr_at(e));
     return most >= need;

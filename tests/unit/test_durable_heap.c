@@ -1656,6 +1656,23 @@ static void large_back_link_wrong(char *b, size_t c)
      * chunk, free, was no longer listed) */
     _exit(5);
 }
+/* dheap_fits (mango_heap_fits: Redis's guard before a big value's malloc)
+ * follows the same list first: it looped on the cycle, or read through the
+ * wild link (SIGSEGV), instead of stopping with the allocator's message. */
+static void large_link_cycle_fits(char *b, size_t c)
+{
+    alarm(20); /* a hang is SIGALRM, not SIGABRT */
+    char *lo, *above, *hi;
+    uint64_t *head = two_free_large(&lo, &above, &hi);
+    head[0] = ((dheap_root *)b)->large_free;
+    (void)dheap_fits(c - c / 16); /* more than top has left: walks the list */
+}
+static void large_link_out_of_heap_fits(char *b, size_t c)
+{
+    char *lo, *above, *hi;
+    two_free_large(&lo, &above, &hi)[0] = (uint64_t)1 << 40;
+    (void)dheap_fits(c - c / 16);
+}
 static void small_link_out_of_heap_reclaim(char *b, size_t c)
 {
     static char *p[1024];
@@ -1699,6 +1716,8 @@ static void test_errors(void)
     CHECK(aborts(zero_size_chunk_reclaim));
     CHECK(aborts(large_link_out_of_heap));
     CHECK(aborts(large_link_cycle));
+    CHECK(aborts(large_link_cycle_fits));
+    CHECK(aborts(large_link_out_of_heap_fits));
     CHECK(aborts(large_back_link_wrong));
     CHECK(aborts(small_link_out_of_heap_reclaim));
     CHECK(aborts(hole_past_top));
