@@ -267,6 +267,14 @@ static void listed_large(const char *op, uint64_t off)
     if (!chunk_off_ok(off) || hdr_at(off)->magic != magic_for(off) || !is_free_large(off) ||
         csize(hdr_at(off)) < PAGE || csize(hdr_at(off)) > g_root->top - off)
         die(op, g_base + off + HDR, "corrupt large free list");
+    /* A size that ends below top but not at the chunk's end: its footer
+     * and the boundary tag of the chunk it reaches (a free large chunk is
+     * last only when left unmerged at MAX_CHUNK, see free_chunk) say so;
+     * unchecked, the chunk above was handed out again. */
+    uint64_t sz = csize(hdr_at(off)), end = off + sz;
+    if (*footer_of(off, sz) != sz ||
+        (end < g_root->top && (hdr_at(end)->magic != magic_for(end) || !prev_flag(hdr_at(end)))))
+        die(op, g_base + off + HDR, "corrupt large free list (size)");
 }
 
 /* The large free list's element after off (off 0: its head), checked by
@@ -429,6 +437,20 @@ static void release_as_small(uint64_t off, uint64_t size, uint8_t flag)
     }
 }
 
+/* Die unless the hole h (nonzero) is one: its header, and a size that
+ * ends at top or at a chunk's header. (The root check put h below top; a
+ * size past top made the carves walk out of the heap, one ending inside
+ * the chunk above made them hand out its bytes, and keep_gap cut them.) */
+static void hole_ok(uint64_t h)
+{
+    dheap_root *r = g_root;
+    chunk_hdr *hh = hdr_at(h);
+    uint64_t sz = csize(hh);
+    if (hh->magic != magic_for(h) || hh->cls != CLS_HOLE || cstate(hh) != ST_FREE || sz < 2 * HDR ||
+        sz > r->top - h || (sz < r->top - h && hdr_at(h + sz)->magic != magic_for(h + sz)))
+        die("malloc", g_base + h + HDR, "corrupt hole");
+}
+
 /* Carve an in-use small chunk of `size` bytes from the hole; 0 if it has
  * no room. */
 static uint64_t hole_carve(uint64_t size, uint8_t cls)
@@ -439,11 +461,7 @@ static uint64_t hole_carve(uint64_t size, uint8_t cls)
         return 0;
     chunk_hdr *hh = hdr_at(h);
     uint64_t sz = csize(hh);
-    /* (The root check put h below top; a size past top made the carves
-     * below walk out of the heap.) */
-    if (hh->magic != magic_for(h) || hh->cls != CLS_HOLE || cstate(hh) != ST_FREE || sz < 2 * HDR ||
-        sz > r->top - h)
-        die("malloc", g_base + h + HDR, "corrupt hole");
+    hole_ok(h);
     if (size > sz)
         return 0;
     uint8_t flag = prev_flag(hh);
@@ -519,6 +537,8 @@ static void keep_gap(uint64_t at, uint64_t gap, uint8_t flag)
 {
     dheap_root *r = g_root;
     uint64_t h = r->hole;
+    if (h)
+        hole_ok(h);
     if (h && csize(hdr_at(h)) >= gap) {
         release_as_small(at, gap, flag);
     } else {

@@ -1673,6 +1673,35 @@ static void large_link_out_of_heap_fits(char *b, size_t c)
     two_free_large(&lo, &above, &hi)[0] = (uint64_t)1 << 40;
     (void)dheap_fits(c - c / 16);
 }
+/* A damaged size that still ends below top: the chunk it claims overlaps
+ * the in-use chunk above it, whose bytes malloc handed out again (and
+ * wrote a flag into) without a word. Its footer and the flag of the chunk
+ * its size reaches give it away. */
+static void large_size_inside_top(char *b, size_t c)
+{
+    char *lo, *above, *hi;
+    two_free_large(&lo, &above, &hi);
+    *(uint32_t *)(lo - 8) = (uint32_t)(65536 >> 4); /* 40 KiB -> 64 KiB: over *above */
+    char *p = dheap_malloc(62000); /* the head (60 KiB) is too small: takes *lo */
+    if (p && p + 62000 > above)
+        _exit(6); /* (unchecked: handed out over the live chunk) */
+}
+static void hole_size_inside_top(char *b, size_t c)
+{
+    dheap_free(dheap_malloc(300));
+    dheap_free(dheap_malloc(10));
+    uint64_t h = ((dheap_root *)b)->hole;
+    if (!h)
+        _exit(4);
+    uint32_t *sz = (uint32_t *)(b + h);
+    char *slab = b + h + ((uint64_t)*sz << 4); /* the chunk above it */
+    *sz += 4096 >> 4; /* reaches 4 KiB into the slab, below top */
+    for (int i = 0; i < 16; i++) {
+        char *p = dheap_malloc(1000);
+        if (p >= slab && p < slab + 16384)
+            _exit(6); /* (unchecked: a chunk carved in the slab) */
+    }
+}
 static void small_link_out_of_heap_reclaim(char *b, size_t c)
 {
     static char *p[1024];
@@ -1721,6 +1750,8 @@ static void test_errors(void)
     CHECK(aborts(large_back_link_wrong));
     CHECK(aborts(small_link_out_of_heap_reclaim));
     CHECK(aborts(hole_past_top));
+    CHECK(aborts(large_size_inside_top));
+    CHECK(aborts(hole_size_inside_top));
     CHECK(!aborts(no_error));
 }
 
