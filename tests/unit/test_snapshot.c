@@ -45,6 +45,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "snapshot_files.h"
 #include "kill_child.h"
 #include "test_config.h"
 
@@ -204,26 +205,7 @@ static bool exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
-/* Files in /var/tmp named "<base of snap>.tmp.*": a writer's leftovers. */
-static int leftovers_of(const char *snap, pid_t *writer)
-{
-    const char *base = strrchr(snap, '/') + 1;
-    char prefix[256];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-    int n = 0;
-    DIR *d = opendir("/var/tmp");
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
-            n++;
-            if (writer) /* its name ends in the writer's pid */
-                *writer = (pid_t)atol(e->d_name + strlen(prefix));
-        }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static int leftovers(const char *snap) { return leftovers_of(snap, NULL); }
+static int leftovers(const char *snap) { return snapshot_leftovers(snap, NULL, false); }
 
 /* A TCP socket listening on 127.0.0.1:port (0: any), SO_REUSEADDR as
  * servers set it; -1 if it cannot bind. */
@@ -481,7 +463,7 @@ static int stalling(const char *mode, const char *pool, const char *snap)
 static pid_t writer_pid(const char *snap)
 {
     pid_t pid = 0;
-    leftovers_of(snap, &pid);
+    snapshot_leftovers(snap, &pid, false);
     return pid;
 }
 

@@ -23,6 +23,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "snapshot_files.h"
 #include "test_config.h"
 
 static uint64_t marker; /* durable .bss */
@@ -77,10 +78,7 @@ int main(void)
     snprintf(pool, sizeof pool, "/tmp/mango_test_snapshot_after_failure_%d.pool", (int)getpid());
     snprintf(snap_path, sizeof snap_path, "%s.snap", pool);
     CHECK(each_mode_in_a_child(pool, child) == 0);
-    unlink(pool);
+    remove_pool_files(pool);
     unlink(snap_path);
-    char big[200];
-    snprintf(big, sizeof big, "%s.bigbatch", pool);
-    unlink(big);
     return check_report("test_snapshot_after_failure");
 }

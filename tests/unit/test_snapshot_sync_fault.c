@@ -33,6 +33,7 @@
 #include "mango.h"
 
 #include "check.h"
+#include "snapshot_files.h"
 #include "test_config.h"
 
 static uint64_t counter;  /* durable .bss */
@@ -77,29 +78,7 @@ static bool exists(const char *path)
     return lstat(path, &st) == 0;
 }
 
-/* Files in /var/tmp named "<base of snap>.tmp.*": a writer's leftovers
- * (removed if remove: a failing round leaves none for the next). */
-static int leftovers_of(bool remove)
-{
-    const char *base = strrchr(snap, '/') + 1;
-    char prefix[160];
-    snprintf(prefix, sizeof prefix, "%s.tmp.", base);
-    int n = 0;
-    DIR *d = opendir("/var/tmp");
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) {
-            n++;
-            char path[512];
-            snprintf(path, sizeof path, "/var/tmp/%s", e->d_name);
-            if (remove)
-                unlink(path);
-        }
-    if (d)
-        closedir(d);
-    return n;
-}
-
-static int leftovers(void) { return leftovers_of(false); }
+static int leftovers(void) { return snapshot_leftovers(snap, NULL, false); }
 
 static int prepare(const char *pool, int mode)
 {
@@ -193,11 +172,8 @@ int main(void)
                 CHECK(child_ok(status_of_child(recovered, pool, (int)modes[m].mode)));
                 CHECK(!exists(snap) && leftovers() == 0);
                 unlink(snap);
-                leftovers_of(true);
-                unlink(pool);
-                char big[160];
-                snprintf(big, sizeof big, "%s.bigbatch", pool);
-                unlink(big);
+                snapshot_leftovers(snap, NULL, true); /* (a failing round leaves none for the next) */
+                remove_pool_files(pool);
             }
     return check_report("test_snapshot_sync_fault");
 }
