@@ -29,6 +29,7 @@
 #include "alloc/durable_heap.h"
 #include "capture/capture.h"
 #include "mango.h"
+#include "runtime/env_number.h"
 #include "runtime/error.h"
 
 #define PAGE 4096u
@@ -468,9 +469,8 @@ int capture_verify_setup(bool want, uintptr_t heap_lo, uintptr_t heap_hi)
     const char *ml = getenv("MANGO_VERIFY_MAX_REPORT");
     V.max_lines = 256;
     if (ml && *ml) {
-        errno = 0;
-        unsigned long long v = strtoull(ml, NULL, 10);
-        if (errno || strspn(ml, "0123456789") != strlen(ml) || v > UINT_MAX) {
+        unsigned long long v = 0;
+        if (!env_decimal(ml, &v) || v > UINT_MAX) {
             V.enabled = false;
             return mango_error(MANGO_EINVAL, "MANGO_VERIFY_MAX_REPORT=%s: expected the missed blocks listed per "
                                "batch, decimal digits, 0 (all) to %u", ml, UINT_MAX);

@@ -73,6 +73,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/env_number.h"
 #include "runtime/error.h"
 #include "runtime/submit.h"
 
@@ -999,18 +1000,15 @@ static void free_workers(rpc_server *s)
 }
 
 /* A timeout from the environment: name's value in milliseconds, 100 to
- * 3600000, or def if unset or empty. Only decimal digits: strtoull alone
- * would also take leading spaces and a sign, and wrap a negative number
- * around ("-18446744073709551115" read as 501). */
+ * 3600000 (env_number.h: digits only), or def if unset or empty. */
 static int env_ms(const char *name, uint64_t def, uint64_t *out)
 {
     *out = def;
     const char *v = getenv(name);
     if (!v || !*v)
         return MANGO_OK;
-    size_t digits = strspn(v, "0123456789");
-    unsigned long long ms = digits == strlen(v) ? strtoull(v, NULL, 10) : 0;
-    if (ms < 100 || ms > 3600000) /* (too many digits: ULLONG_MAX) */
+    unsigned long long ms = 0;
+    if (!env_decimal(v, &ms) || ms < 100 || ms > 3600000)
         return mango_error(MANGO_EINVAL, "%s=\"%s\": expected milliseconds, digits only, 100 to 3600000",
                            name, v);
     *out = ms;

@@ -48,6 +48,7 @@
 #include "recovery/trace.h"
 #include "rpc/rpc_server.h"
 #include "snapshot/snapshot.h"
+#include "runtime/env_number.h"
 #include "runtime/error.h"
 #include "runtime/submit.h"
 
@@ -627,9 +628,7 @@ static int backend_priority_of(const mango_config *cfg, mango_backend_priority *
 
 /* The smallest store into the durable heap logged as a data range
  * (capture/dedup_set.h): DEDUP_RANGE_MIN, or MANGO_DATA_RANGES: 0 (off: blocks
- * only, for comparisons), 1 (the default), or a size in bytes, decimal digits
- * only (strtoull alone takes leading spaces and a sign, and wraps a negative
- * number around: " -18446744073709551104" was read as 512). */
+ * only, for comparisons), 1 (the default), or a size in bytes (env_number.h). */
 static int data_range_min_of(size_t *out)
 {
     *out = DEDUP_RANGE_MIN;
@@ -640,10 +639,8 @@ static int data_range_min_of(size_t *out)
         *out = 0;
         return MANGO_OK;
     }
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (errno || *end || strspn(env, "0123456789") != strlen(env) || v < 256 || v > (1ull << 30))
+    unsigned long long v = 0;
+    if (!env_decimal(env, &v) || v < 256 || v > (1ull << 30))
         return mango_error(MANGO_EINVAL, "MANGO_DATA_RANGES=%s: expected 0 (off), 1 (stores of %u bytes or "
                            "more are data ranges) or the smallest such store in bytes, 256 to 1073741824",
                            env, DEDUP_RANGE_MIN);

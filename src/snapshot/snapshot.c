@@ -18,6 +18,7 @@
 #include "alloc/durable_heap.h"
 #include "log/big_batch.h"
 #include "persist/persist.h"
+#include "runtime/env_number.h"
 #include "runtime/error.h"
 #include "snapshot/disks.h"
 
@@ -299,14 +300,6 @@ static int mark_frame(void *arg, const log_frame *f, const log_entry *e)
     return MANGO_OK;
 }
 
-/* Is env decimal digits only? strtoul alone takes leading spaces and a
- * sign, and wraps a negative number around (" -18446744073709551566" was
- * read as 50). */
-static bool digits_only(const char *env)
-{
-    return strspn(env, "0123456789") == strlen(env);
-}
-
 /* MANGO_SNAPSHOT_SHARE: unset or empty (the default: SNAPSHOT_FS_SHARE for
  * a pool in fs mode whose disk the snapshot may share, else 100), or 1..100
  * (100: not paced). */
@@ -316,10 +309,8 @@ static int share_of(persist_mode mode, bool shares_disk, unsigned *share)
     const char *env = getenv("MANGO_SNAPSHOT_SHARE");
     if (!env || !*env)
         return MANGO_OK;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(env, &end, 10);
-    if (errno || *end || !digits_only(env) || v < 1 || v > 100)
+    unsigned long long v = 0;
+    if (!env_decimal(env, &v) || v < 1 || v > 100)
         return mango_error(MANGO_EINVAL, "MANGO_SNAPSHOT_SHARE=%s: expected the percent of the time a snapshot's "
                            "writer may keep the disk busy, 1 to 100 (100: not paced)", env);
     *share = (unsigned)v;
@@ -333,10 +324,8 @@ static int pace_of(uint64_t *bytes_per_s)
     const char *env = getenv("MANGO_SNAPSHOT_MBPS");
     if (!env || !*env)
         return MANGO_OK;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(env, &end, 10);
-    if (errno || *end || !digits_only(env) || v > 100000)
+    unsigned long long v = 0;
+    if (!env_decimal(env, &v) || v > 100000)
         return mango_error(MANGO_EINVAL, "MANGO_SNAPSHOT_MBPS=%s: expected 0 (a snapshot's writer is not paced) or "
                            "its pace in MB/s, 1 to 100000", env);
     *bytes_per_s = v * 1000000ull;
