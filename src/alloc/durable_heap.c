@@ -251,10 +251,12 @@ static inline bool is_free_large(uint64_t off)
 
 /* Is off a place a chunk header can be: from the first chunk to below top,
  * at 8 modulo 16? */
-static inline bool chunk_off_ok(uint64_t off)
+static inline bool chunk_off_below(uint64_t off, uint64_t top)
 {
-    return off >= FIRST_OFF && off < g_root->top && (off & 15) == (FIRST_OFF & 15);
+    return off >= FIRST_OFF && off < top && (off & 15) == (FIRST_OFF & 15);
 }
+
+static inline bool chunk_off_ok(uint64_t off) { return chunk_off_below(off, g_root->top); }
 
 /* Die unless off, reached through the large free list or as a free large
  * neighbour, is a free large chunk whose size keeps it below top. The root
@@ -314,9 +316,10 @@ static void large_push(uint64_t off)
 static void large_unlink(const char *op, uint64_t off)
 {
     uint64_t next = link_at(off)[0], prev = link_at(off)[1];
-    /* Its neighbours must be listed and link back to it: with a damaged
-     * link, the stores below wrote into another chunk or dropped part of
-     * the list (as glibc checks its own bins). */
+    /* It and its neighbours must be listed, and they must link back to it:
+     * with a damaged size or link, the callers' stores went into another
+     * chunk or dropped part of the list (as glibc checks its own bins). */
+    listed_large(op, off);
     if (next)
         listed_large(op, next);
     if (prev)
@@ -388,8 +391,6 @@ static void free_chunk(uint64_t off)
     }
 
     uint64_t end = off + sz;
-    if (end < r->top && is_free_large(end))
-        listed_large("free", end);
     if (end < r->top && is_free_large(end) && sz + csize(hdr_at(end)) <= MAX_CHUNK) {
         large_unlink("free", end);
         sz += csize(hdr_at(end));
@@ -1008,7 +1009,7 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
     uint64_t map = root->slab_map, nmap = (capacity + SLAB - 1) >> SLAB_SHIFT;
     if (map && (map < FIRST_OFF + HDR || map > top || nmap > top - map || (map & 15)))
         return 0;
-    if (root->hole && (root->hole < FIRST_OFF || root->hole >= top || (root->hole & 15) != (FIRST_OFF & 15)))
+    if (root->hole && !chunk_off_below(root->hole, top))
         return 0;
     for (unsigned s = 0; s < DHEAP_NSLABS; s++)
         for (int which = 0; which < 2; which++) {
@@ -1023,7 +1024,7 @@ uint64_t dheap_extent_of_root(const dheap_root *root, uint64_t capacity)
      * fuzzing pool files; the links behind the heads are dheap_check's). */
     for (unsigned c = 0; c <= DHEAP_NCLASSES; c++) {
         uint64_t u = c < DHEAP_NCLASSES ? root->small_free[c] : root->large_free;
-        if (u && (u < FIRST_OFF || u >= top || (u & 15) != (FIRST_OFF & 15)))
+        if (u && !chunk_off_below(u, top))
             return 0;
     }
     return top;
@@ -1289,10 +1290,7 @@ static bool grow_large(uint64_t off, uint64_t need)
         chunk_hdr *above = hdr_at(end);
         if (above->magic != magic_for(end))
             die("realloc", g_base + off + HDR, "corrupt header of the chunk above");
-        if (!is_free_large(end))
-            return false;
-        listed_large("realloc", end);
-        if (sz + csize(above) < need)
+        if (!is_free_large(end) || sz + csize(above) < need)
             return false;
         uint64_t total = sz + csize(above);
         large_unlink("realloc", end);
@@ -1578,7 +1576,7 @@ int dheap_check(void)
         for (uint64_t e = r->small_free[c]; e; e = link_at(e)[0]) {
             if (++n > free_small[c])
                 return check_fail("small free list longer than free chunk count (cycle?)", e);
-            if (e < FIRST_OFF || e >= top || (e & 15) != (FIRST_OFF & 15))
+            if (!chunk_off_below(e, top))
                 return check_fail("small free list entry out of range", e);
             chunk_hdr *h = hdr_at(e);
             if (h->magic != magic_for(e) || cstate(h) != ST_FREE || h->cls != c)
@@ -1591,7 +1589,7 @@ int dheap_check(void)
     for (uint64_t e = r->large_free; e; back = e, e = link_at(e)[0]) {
         if (++n > free_large)
             return check_fail("large free list longer than free chunk count (cycle?)", e);
-        if (e < FIRST_OFF || e >= top || (e & 15) != (FIRST_OFF & 15))
+        if (!chunk_off_below(e, top))
             return check_fail("large free list entry out of range", e);
         chunk_hdr *h = hdr_at(e);
         if (h->magic != magic_for(e) || !is_free_large(e))
