@@ -20,15 +20,19 @@ static const pool_region *region_of(const pool *p, uint64_t addr)
     return NULL;
 }
 
-bool backend_writes_loader_bytes(const pool *p, const pool_region *r, const log_entry *e)
+int backend_check_loader_bytes(const pool *p, const pool_region *r, const log_entry *e, uint64_t seq)
 {
     uint64_t end = p->loader_end[r - p->regions];
     if (r->kind != POOL_REGION_DATA || e->addr >= end)
-        return false;
+        return MANGO_OK;
     for (unsigned b = 0; b < LOG_BLOCK_SIZE && e->addr + b < end; b++)
         if (e->mask & (1u << b))
-            return true;
-    return false;
+            return mango_error(MANGO_EBADPOOL,
+                               "log frame seq %llu writes block %#llx in the dynamic loader's part of the "
+                               "data segment (below %#llx: the lazy-binding table, relocated data), which "
+                               "the program never writes",
+                               (unsigned long long)seq, (unsigned long long)e->addr, (unsigned long long)end);
+    return MANGO_OK;
 }
 
 const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len)
@@ -75,13 +79,9 @@ int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e)
             return mango_error(MANGO_EBADPOOL,
                                "log frame seq %llu holds block %#llx outside every durable region",
                                (unsigned long long)f->seq, (unsigned long long)e[i].addr);
-        if (r && backend_writes_loader_bytes(p, r, &e[i]))
-            return mango_error(MANGO_EBADPOOL,
-                               "log frame seq %llu writes block %#llx in the dynamic loader's part of the "
-                               "data segment (below %#llx: the lazy-binding table, relocated data), which "
-                               "the program never writes",
-                               (unsigned long long)f->seq, (unsigned long long)e[i].addr,
-                               (unsigned long long)p->loader_end[r - p->regions]);
+        int lrc = r ? backend_check_loader_bytes(p, r, &e[i], f->seq) : MANGO_OK;
+        if (lrc != MANGO_OK)
+            return lrc;
         i++;
     }
     return MANGO_OK;

@@ -61,9 +61,9 @@ typedef struct backend {
 /* Check that every block of a frame lies in a durable region and writes no
  * byte of the dynamic loader's (writes nothing). */
 int backend_check_frame(const pool *p, const log_frame *f, const log_entry *e);
-/* Does block entry e, in data region r, write a byte below r's loader_end
- * (pool.h)? */
-bool backend_writes_loader_bytes(const pool *p, const pool_region *r, const log_entry *e);
+/* MANGO_EBADPOOL, naming the frame's seq, if block entry e, in region r,
+ * writes a byte below r's loader_end (pool.h); else MANGO_OK. */
+int backend_check_loader_bytes(const pool *p, const pool_region *r, const log_entry *e, uint64_t seq);
 /* A zero-range entry's start and length, and the heap region holding it; NULL
  * if the entry is malformed (outside the heap region, unaligned, empty). */
 const pool_region *backend_zero_range(const pool *p, const log_entry *e, uint64_t *addr, uint64_t *len);

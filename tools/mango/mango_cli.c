@@ -361,13 +361,9 @@ static int scan_visit(void *arg, const log_frame *f, const log_entry *e)
                                    "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
                                    "%#" PRIx64 " lies outside every durable region",
                                    f->lsn, f->seq, i, a);
-            if (backend_writes_loader_bytes(c->p, r, &e[i]))
-                return mango_error(MANGO_EBADPOOL,
-                                   "log frame at lsn %" PRIu64 " (seq %" PRIu64 ") entry %u: block "
-                                   "%#" PRIx64 " writes the dynamic loader's part of the data segment (below "
-                                   "%#" PRIx64 ": the lazy-binding table, relocated data), which the program "
-                                   "never writes",
-                                   f->lsn, f->seq, i, a, c->p->loader_end[r - c->p->regions]);
+            int lrc = backend_check_loader_bytes(c->p, r, &e[i], f->seq); /* (recovery's own check) */
+            if (lrc != MANGO_OK)
+                return lrc;
             /* Replay this block onto our copy of the heap root, and of the
              * heap if kept (heap blocks are copied whole by the backend). */
             preview(c, a, LOG_BLOCK_SIZE, (const char *)e[i].data);
