@@ -437,15 +437,17 @@ static int parse_number(const char *v, int suffixes, unsigned long long max, uns
 static size_t setting_size(const mango_setting *st)
 {
     unsigned long long n = 0;
-    if (st->value && !parse_number(st->value, 1, SIZE_MAX, &n)) {
+    if (!st->value)
+        return 0;
+    const char *name = st->config ? st->option : st->env;
+    if (!parse_number(st->value, 1, SIZE_MAX, &n)) {
         fprintf(stderr, "Mangosteen: %s '%s' is not a size (a number of bytes, or with a k, m or g "
-                "suffix)\n", st->config ? st->option : st->env, st->value);
+                "suffix)\n", name, st->value);
         exit(1);
     }
-    /* (0 was the runtime's default, silently: leave the setting out for that) */
-    if (st->value && n == 0) {
+    if (n == 0) { /* (it was the runtime's default, silently) */
         fprintf(stderr, "Mangosteen: %s '%s': a pool or log of no bytes (leave the setting out for the "
-                "default)\n", st->config ? st->option : st->env, st->value);
+                "default)\n", name, st->value);
         exit(1);
     }
     return (size_t)n;

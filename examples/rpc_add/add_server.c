@@ -283,10 +283,11 @@ int main(int argc, char **argv)
     }
     /* (The runtime took an empty pool path for the default pool, and a Unix
      * socket over --host/--port, silently.) */
-    const char *conflict = cfg.pool_path && !*cfg.pool_path ? "--pool needs a path (leave it out for the default)"
-                           : rc.unix_path && (rc.host || port_given)
-                               ? "--unix names a Unix socket, --host and --port a TCP listener: give one of them"
-                               : NULL;
+    const char *conflict = NULL;
+    if (cfg.pool_path && !*cfg.pool_path)
+        conflict = "--pool needs a path (leave it out for the default)";
+    else if (rc.unix_path && (rc.host || port_given))
+        conflict = "--unix names a Unix socket, --host and --port a TCP listener: give one of them";
     if (conflict) {
         fprintf(stderr, "add_server: %s\n", conflict);
         usage(stderr);
