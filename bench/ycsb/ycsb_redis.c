@@ -780,8 +780,14 @@ static void *worker_main(void *arg)
     for (;;) {
         int busy = 0;
         uint64_t next_due = UINT64_MAX; /* the earliest paced connection's intended start */
+        /* --target with --seconds: past the deadline a waiting connection
+         * starts nothing more (conn_start), so it is done now, not at its
+         * next intended start, up to one interval later, which counted in
+         * the phase's seconds and lowered its ops/s. */
+        bool past_deadline = g_pace_interval_ns && g_deadline && now_ns() >= g_deadline;
         for (int i = 0; i < w->nconns; i++) {
             conn_t *c = &w->conns[i];
+            if (c->state == C_WAIT && past_deadline) c->state = C_DONE;
             /* A paced connection waiting for its next start stays watched for
              * input: no epoll_ctl per operation, and data or a close from
              * the server while it waits is seen (and drops it). */
@@ -799,8 +805,11 @@ static void *worker_main(void *arg)
         struct epoll_event evs[64];
         struct timespec wait = {0, 100000000}; /* 100 ms: time-outs and the deadline are checked */
         if (next_due != UINT64_MAX) {
-            /* wake when the earliest start comes within the slack */
-            uint64_t now = now_ns(), d = next_due > now + PACE_SLACK_NS ? next_due - PACE_SLACK_NS - now : 0;
+            /* wake when the earliest start comes within the slack, or at
+             * the deadline if that comes first */
+            uint64_t now = now_ns(), wake = next_due > PACE_SLACK_NS ? next_due - PACE_SLACK_NS : 0;
+            if (g_deadline && g_deadline < wake) wake = g_deadline;
+            uint64_t d = wake > now ? wake - now : 0;
             if (d < 100000000ull) wait.tv_nsec = (long)d;
         }
         int pr = epoll_pwait2(w->epfd, evs, 64, &wait, NULL);

@@ -102,4 +102,15 @@ if ! awk -v v="$pops" 'BEGIN { exit !(v >= 1900 && v <= 2100) }'; then echo "FAI
 if [ -z "$pint" ] || ! awk -v i="$pint" -v p="$pp99" 'BEGIN { exit !(i > 0 && i + 60 >= p) }'; then
   echo "FAIL: paced run: intended_p99_us=$pint p99_us=$pp99"; exit 1
 fi
+# Paced at a rate far below one operation per connection per 100 ms (8
+# clients at 40 ops/s: each starts one every 200 ms): the run still ends at
+# --seconds (a connection waiting for its next start is done once the
+# deadline passes), so it reports the rate it was paced at.
+run_a paced_slow -s 1 --target 40 --progress 0
+sline=$(result paced_slow)
+sops=$(key "$sline" ops_per_sec)
+ssec=$(key "$sline" seconds)
+if ! awk -v v="$sops" -v s="$ssec" 'BEGIN { exit !(v >= 36 && v <= 42 && s < 1.1) }'; then
+  echo "FAIL: paced at 40 ops/s for 1 s: got $sops ops/s over $ssec s"; exit 1
+fi
 echo "PASS: ops_per_sec=$ops errors=$errs client_wait_pct=${wait_pct:-n/a} client_cpu_us_per_op=${cpu_op:-n/a}; paced $pops ops/s (intended p99 $pint us)"
