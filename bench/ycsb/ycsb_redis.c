@@ -780,14 +780,15 @@ static void *worker_main(void *arg)
     for (;;) {
         int busy = 0;
         uint64_t next_due = UINT64_MAX; /* the earliest paced connection's intended start */
-        /* --target with --seconds: past the deadline a waiting connection
-         * starts nothing more (conn_start), so it is done now, not at its
-         * next intended start, up to one interval later, which counted in
-         * the phase's seconds and lowered its ops/s. */
-        bool past_deadline = g_pace_interval_ns && g_deadline && now_ns() >= g_deadline;
+        /* --target: past the deadline, or after SIGINT/SIGTERM, a waiting
+         * connection starts nothing more (conn_start), so it is done now,
+         * not at its next intended start, up to one interval later, which
+         * counted in the phase's seconds and lowered its ops/s (and held a
+         * stopped run for that long). */
+        bool no_more = g_pace_interval_ns && (g_stop || (g_deadline && now_ns() >= g_deadline));
         for (int i = 0; i < w->nconns; i++) {
             conn_t *c = &w->conns[i];
-            if (c->state == C_WAIT && past_deadline) c->state = C_DONE;
+            if (c->state == C_WAIT && no_more) c->state = C_DONE;
             /* A paced connection waiting for its next start stays watched for
              * input: no epoll_ctl per operation, and data or a close from
              * the server while it waits is seen (and drops it). */
