@@ -768,8 +768,11 @@ static void *worker_main(void *arg)
     w->sched_ok = thread_schedstat(&cpu0, &wait0);
     uint64_t timeout_ns = (uint64_t)(cfg.timeout * 1e9);
     uint64_t t = now_ns();
+    /* Each start reads the clock itself: an operation's latency counts from
+     * its own start, not from before the sends of the connections started
+     * ahead of it. */
     for (int i = 0; i < w->nconns; i++)
-        if (w->conns[i].state == C_IDLE) conn_start(w, &w->conns[i], t);
+        if (w->conns[i].state == C_IDLE) conn_start(w, &w->conns[i], now_ns());
     /* Each busy connection waits for one thing: room to send the rest of
      * its request, or its reply. epoll, not poll(): a closed loop of 16
      * connections per thread wakes up for about one reply at a time, and
@@ -839,12 +842,12 @@ static void *worker_main(void *arg)
         if (next_due <= t + PACE_SLACK_NS)
             for (int i = 0; i < w->nconns; i++)
                 if (w->conns[i].state == C_WAIT && w->conns[i].t_intended <= t + PACE_SLACK_NS)
-                    conn_start(w, &w->conns[i], t);
+                    conn_start(w, &w->conns[i], now_ns()); /* as above: its own start time */
         if (t < next_timeout_check) continue;
         next_timeout_check = t + 10000000ull;
         for (int i = 0; i < w->nconns; i++) {
             conn_t *c = &w->conns[i];
-            if (c->state == C_BUSY && t - c->t_sent > timeout_ns) {
+            if (c->state == C_BUSY && t > c->t_sent + timeout_ns) { /* t_sent may be after t */
                 w->timeouts++;
                 conn_kill(w, c, "request timed out (see --timeout)");
             }
