@@ -609,7 +609,16 @@ void mangoRedisInit(int argc, char **argv)
     const char *inl = getenv("MANGO_REDIS_INLINE_IDLE");
     if (inl && *inl) inline_when_idle = strcmp(inl, "0") != 0;
     const char *min_cmds = getenv("MANGO_REDIS_TEST_GATHER_MIN_CMDS");
-    gather_min_cmds = min_cmds && *min_cmds ? (unsigned)atoi(min_cmds) : GATHER_MIN_CMDS;
+    gather_min_cmds = GATHER_MIN_CMDS;
+    if (min_cmds && *min_cmds) {
+        unsigned long long n;
+        if (!parse_number(min_cmds, 0, 1000000, &n)) {
+            fprintf(stderr, "Mangosteen: test hook MANGO_REDIS_TEST_GATHER_MIN_CMDS '%s': expected commands per "
+                            "pass, 0 to 1000000\n", min_cmds);
+            exit(1);
+        }
+        gather_min_cmds = (unsigned)n;
+    }
     const char *ignore = getenv("MANGO_REDIS_TEST_READS_IGNORE_KEYS");
     test_reads_ignore_keys = ignore && *ignore && strcmp(ignore, "0") != 0;
     read_settings(argc, argv);
@@ -1898,7 +1907,15 @@ static void import_rdb_file(const struct stat *st)
     uint64_t allocated = 0, capacity = 0;
     mango_heap_room(&allocated, &capacity);
     const char *hook = getenv("MANGO_REDIS_TEST_IMPORT_KILL_AFTER");
-    if (hook && *hook) test_import_kill_after = strtol(hook, NULL, 10);
+    if (hook && *hook) {
+        unsigned long long n;
+        if (!parse_number(hook, 0, LONG_MAX, &n)) {
+            serverLog(LL_WARNING, "Mangosteen: test hook MANGO_REDIS_TEST_IMPORT_KILL_AFTER '%s': expected a number "
+                      "of batches", hook);
+            exit(1);
+        }
+        test_import_kill_after = (long)n;
+    }
     serverLog(LL_NOTICE, "Mangosteen: the pool is new: importing %s (%lld bytes) into it before serving",
               server.rdb_filename, (long long)st->st_size);
     if ((uint64_t)st->st_size > capacity - allocated)

@@ -5247,6 +5247,11 @@ BAD_SETTINGS = {
     "stdin config without a pool": ({}, None, ["-"], "give the pool as --mango-pool PATH"),
     "gather window not a number": ({"MANGO_REDIS_GATHER_US": "250us"}, "", ["--mango-pool", "{dir}/x.pool"],
                                    "MANGO_REDIS_GATHER_US '250us': expected microseconds"),
+    # A test hook it cannot mean stops the server (read with atoi, "1x" was 1
+    # and "x" 0: a test with a typo ran without the gathering it asked for).
+    "gather test hook not a number": ({"MANGO_REDIS_TEST_GATHER_MIN_CMDS": "1x"}, "",
+                                      ["--mango-pool", "{dir}/x.pool"],
+                                      "MANGO_REDIS_TEST_GATHER_MIN_CMDS '1x': expected commands per pass"),
 }
 
 

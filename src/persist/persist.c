@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "runtime/env_number.h"
 
 /* Set and unset from any thread while other threads are inside persist calls
  * (kvstore powerfail unsets it while the backend still runs): every call loads
@@ -53,26 +56,53 @@ static _Atomic uint64_t fault_site_count;
 static int fault_short_writes;
 static long sim_sync_delay_us;
 
+/* A test hook set to something it cannot mean ends the process: read
+ * loosely, "3x" or "1:ENOSPACE" turned the fault off or changed it, and the
+ * test that set it passed without the fault it was written for. */
+static void bad_test_hook(const char *name, const char *value, const char *expected)
+{
+    fprintf(stderr, "mangosteen: test hook %s='%s': expected %s\n", name, value, expected);
+    _exit(2);
+}
+
 static void read_fault_env(void)
 {
     const char *v = getenv("MANGO_FAULT_SYNC");
     if (v && *v) {
-        char *end;
-        long long n = strtoll(v, &end, 10);
+        char num[24];
+        size_t len = strcspn(v, ":");
+        const char *err = v[len] == ':' ? v + len + 1 : NULL;
+        unsigned long long n = 0;
+        if (len >= sizeof num)
+            bad_test_hook("MANGO_FAULT_SYNC", v, "N, N:EIO or N:ENOSPC, N a decimal count (0: off)");
+        memcpy(num, v, len);
+        num[len] = '\0';
+        if (!env_decimal(num, &n) || n > (unsigned long long)LLONG_MAX ||
+            (err && strcmp(err, "EIO") != 0 && strcmp(err, "ENOSPC") != 0))
+            bad_test_hook("MANGO_FAULT_SYNC", v, "N, N:EIO or N:ENOSPC, N a decimal count (0: off)");
         if (n > 0) {
-            fault_sync_at = n;
-            if (*end == ':' && strcmp(end + 1, "ENOSPC") == 0)
+            fault_sync_at = (long long)n;
+            if (err && strcmp(err, "ENOSPC") == 0)
                 fault_sync_errno = ENOSPC;
         }
     }
     const char *site = getenv("MANGO_FAULT_SYNC_SITE");
-    if (site && *site)
+    if (site && *site) {
+        if (strlen(site) >= sizeof fault_site)
+            bad_test_hook("MANGO_FAULT_SYNC_SITE", site, "a sync site's name (e.g. log.commit_sync)");
         snprintf(fault_site, sizeof fault_site, "%s", site);
+    }
     const char *sw = getenv("MANGO_FAULT_SHORT_WRITES");
-    fault_short_writes = sw && *sw && strcmp(sw, "0") != 0;
+    if (sw && *sw && strcmp(sw, "0") != 0 && strcmp(sw, "1") != 0)
+        bad_test_hook("MANGO_FAULT_SHORT_WRITES", sw, "0 or 1");
+    fault_short_writes = sw && strcmp(sw, "1") == 0;
     const char *dl = getenv("MANGO_SIM_SYNC_DELAY_US");
-    if (dl && *dl)
-        sim_sync_delay_us = strtol(dl, NULL, 10);
+    unsigned long long us = 0;
+    if (dl && *dl) {
+        if (!env_decimal(dl, &us) || us > 60000000ull)
+            bad_test_hook("MANGO_SIM_SYNC_DELAY_US", dl, "microseconds, 0 to 60000000");
+        sim_sync_delay_us = (long)us;
+    }
 }
 
 /* pwrite all of [buf, buf + len) at off, across short writes (made short on

@@ -1604,7 +1604,10 @@ int mango_batch_bulk_begin(void)
     bulk.active = rt.durable && !rt.verify;
     bulk.pieces = 0;
     const char *k = getenv("MANGO_TEST_BULK_KILL_AFTER");
-    bulk.kill_after = k && *k ? strtol(k, NULL, 10) : -1;
+    unsigned long long kill_after = 0;
+    if (k && *k && (!env_decimal(k, &kill_after) || kill_after > (unsigned long long)LONG_MAX))
+        return mango_error(MANGO_EINVAL, "test hook MANGO_TEST_BULK_KILL_AFTER='%s': expected a number of pieces", k);
+    bulk.kill_after = k && *k ? (long)kill_after : -1;
     if (bulk.active) {
         /* What the batch wrote so far becomes durable now, so that the root
          * in memory is the durable one (root_then). Its replies' ticket is

@@ -126,3 +126,43 @@ def test_failed_big_batch_file_sync_is_reported(files, mode, site, message):
     assert "ops_per_sec" not in r.stdout
     r = run(["run", *big, "--seconds", "0.2"], timeout=60)
     assert r.returncode == 0 and "status=RECOVERED" in r.stdout and "ops_per_sec" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("name,value", [
+    ("MANGO_FAULT_SYNC", "3x"),            # was read as 3
+    ("MANGO_FAULT_SYNC", "1:ENOSPACE"),    # was read as 1 with EIO
+    ("MANGO_FAULT_SYNC", "-2"),            # was read as off
+    ("MANGO_FAULT_SYNC", " 4"),
+    ("MANGO_SIM_SYNC_DELAY_US", "2ms"),    # was read as 2
+    ("MANGO_SIM_SYNC_DELAY_US", "99999999999"),
+    ("MANGO_FAULT_SHORT_WRITES", "yes"),
+    ("MANGO_FAULT_SYNC_SITE", "x" * 100),  # was cut to 63 characters: no site matched
+])
+def test_a_test_hook_it_cannot_mean_stops_the_process(files, name, value):
+    """A fault hook set to something it cannot mean ends the process with its
+    name, instead of being read loosely: "3x" used to be 3, "-2" and a site
+    name too long to match used to turn the fault off, so a test with a typo
+    passed without the fault it was written for."""
+    pool, ack = files
+    env = {name: value}
+    if name == "MANGO_FAULT_SYNC_SITE":
+        env["MANGO_FAULT_SYNC"] = "1"
+    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", "sim", "--seconds", "1", *COMMON], env=env)
+    assert w.returncode == 2, (w.returncode, w.stdout, w.stderr)
+    assert "test hook %s='%s': expected" % (name, value) in w.stderr, w.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "7", "7:EIO", "7:ENOSPC"])
+def test_fault_sync_values_it_documents_are_taken(files, value):
+    """The forms docs/environment.md names are accepted (0: off)."""
+    pool, ack = files
+    w = run(["worker", "--pool", pool, "--ack", ack, "--mode", "sim", "--seconds", "1", *COMMON],
+            env={"MANGO_FAULT_SYNC": value})
+    assert "test hook" not in w.stderr, w.stderr
+    if value == "0":
+        assert w.returncode == 0, (w.returncode, w.stderr)
+    elif value.endswith("ENOSPC"):
+        assert w.returncode == 2 and "No space left on device" in w.stderr, w.stderr
+    else:
+        assert w.returncode == 2 and "No space left on device" not in w.stderr, w.stderr
+        assert re.search(r"sync of the (redo log|mirror|log head) failed|I/O error", w.stderr), w.stderr

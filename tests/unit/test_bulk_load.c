@@ -484,11 +484,19 @@ static void misuse(const char *pool)
         return;
     CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* no batch */
     CHECK(mango_batch_bulk_end() == MANGO_EINVAL);
+    /* Set outside the batch: setenv allocates, and inside a batch that
+     * memory would come from the durable heap, unmapped at the shutdown. */
+    setenv("MANGO_TEST_BULK_KILL_AFTER", "2x", 1);
     CHECK(mango_batch_begin() == MANGO_OK);
     CHECK(mango_batch_bulk_end() == MANGO_EINVAL); /* not begun */
     CHECK(mango_batch_pause() == MANGO_OK);
     CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* paused */
     CHECK(mango_batch_resume() == MANGO_OK);
+    /* A kill hook it cannot read is refused, not taken as "no kill" (a test
+     * setting it wrongly would pass without the kill it was written for). */
+    CHECK(mango_batch_bulk_begin() == MANGO_EINVAL);
+    CHECK(strstr(mango_last_error(), "MANGO_TEST_BULK_KILL_AFTER='2x'") != NULL);
+    unsetenv("MANGO_TEST_BULK_KILL_AFTER");
     CHECK(mango_batch_bulk_begin() == MANGO_OK);
     CHECK(mango_batch_bulk_begin() == MANGO_EINVAL); /* twice */
     /* Ends with the batch (no bulk_end): the heap stores are still logged. */
