@@ -29,6 +29,24 @@ void big_batch_writer_init(big_batch_writer *w)
     memset(w, 0, sizeof *w);
     w->fd = -1;
     w->stage_fd = -1;
+    for (int i = 0; i < BIG_BATCH_SPARE_FDS; i++)
+        w->spare_fds[i] = -1;
+}
+
+void big_batch_hold_spare_fds(big_batch_writer *w)
+{
+    for (int i = 0; i < BIG_BATCH_SPARE_FDS; i++)
+        if (w->spare_fds[i] < 0)
+            w->spare_fds[i] = open("/", O_PATH | O_CLOEXEC);
+}
+
+static void release_spare_fds(big_batch_writer *w)
+{
+    for (int i = 0; i < BIG_BATCH_SPARE_FDS; i++)
+        if (w->spare_fds[i] >= 0) {
+            close(w->spare_fds[i]);
+            w->spare_fds[i] = -1;
+        }
 }
 
 /* Where the file's bytes are written before its sync. */
@@ -39,6 +57,33 @@ static bool names_file(const char *path, int fd)
 {
     struct stat a, b;
     return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Open (creating) the file, and sim mode's staging file, and make the
+ * file's name durable. */
+static int open_file(big_batch_writer *w, persist_domain *pd, const char *path)
+{
+    if (w->stage_fd < 0) {
+        int e = persist_stage_file(pd, &w->stage_fd);
+        if (e != 0)
+            return mango_error(MANGO_EIO, "cannot make the big-batch staging file: %s", strerror(-e));
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return mango_error(MANGO_EIO, "cannot open the big-batch file %s: %s", path, strerror(errno));
+    /* The file must still exist after a crash once a frame names it. */
+    char dir[sizeof(((pool *)0)->big_batch_path)];
+    snprintf(dir, sizeof dir, "%s", path);
+    int s = persist_sync_file(pd, fd, -1, 0, "big_batch.create");
+    if (s == 0)
+        s = persist_sync_directory(dirname(dir), "big_batch.create_dir");
+    if (s != 0) {
+        close(fd);
+        pd->failed = true;
+        return mango_error(MANGO_EIO, "cannot make the big-batch file %s durable: %s", path, strerror(-s));
+    }
+    w->fd = fd;
+    return MANGO_OK;
 }
 
 int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
@@ -57,27 +102,13 @@ int big_batch_begin(big_batch_writer *w, persist_domain *pd, const char *path)
         w->fd = -1;
     }
     if (w->fd < 0) {
-        if (w->stage_fd < 0) {
-            int e = persist_stage_file(pd, &w->stage_fd);
-            if (e != 0)
-                return mango_error(MANGO_EIO, "cannot make the big-batch staging file: %s", strerror(-e));
-        }
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-        if (fd < 0)
-            return mango_error(MANGO_EIO, "cannot open the big-batch file %s: %s", path, strerror(errno));
-        /* The file must still exist after a crash once a frame names it. */
-        char dir[sizeof(((pool *)0)->big_batch_path)];
-        snprintf(dir, sizeof dir, "%s", path);
-        int s = persist_sync_file(pd, fd, -1, 0, "big_batch.create");
-        if (s == 0)
-            s = persist_sync_directory(dirname(dir), "big_batch.create_dir");
-        if (s != 0) {
-            close(fd);
-            pd->failed = true;
-            return mango_error(MANGO_EIO, "cannot make the big-batch file %s durable: %s", path,
-                               strerror(-s));
-        }
-        w->fd = fd;
+        /* The spares make room for what is opened here (a process may have
+         * used every other descriptor by now); taken again after. */
+        release_spare_fds(w);
+        int rc = open_file(w, pd, path);
+        big_batch_hold_spare_fds(w);
+        if (rc != MANGO_OK)
+            return rc;
     }
     w->used = 0;
     w->file_off = sizeof(big_batch_header);
@@ -221,6 +252,7 @@ void big_batch_writer_close(big_batch_writer *w)
         close(w->stage_fd);
     if (w->buf)
         munmap(w->buf, STAGING_BYTES);
+    release_spare_fds(w);
     big_batch_writer_init(w);
 }
 

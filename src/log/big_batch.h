@@ -70,6 +70,11 @@ static inline bool log_entry_is_big_ref(const log_entry *e) { return e->addr == 
 
 /* ---- writing (the frontend) ---- */
 
+/* Descriptors a big batch's first commit opens: sim mode's staging memfd,
+ * the file, and its directory for the sync that makes the file's name
+ * durable. */
+#define BIG_BATCH_SPARE_FDS 3
+
 typedef struct big_batch_writer {
     int fd;            /* -1 until the first big batch */
     int stage_fd;      /* sim mode: where the file is written until its sync (persist.h) */
@@ -83,9 +88,18 @@ typedef struct big_batch_writer {
     uint64_t last_lsn; /* lsn of the last big frame committed */
     uint64_t batches;  /* statistics */
     uint64_t bytes;
+    int spare_fds[BIG_BATCH_SPARE_FDS]; /* held for the file's first open (big_batch_hold_spare_fds) */
 } big_batch_writer;
 
 void big_batch_writer_init(big_batch_writer *w);
+/* Hold BIG_BATCH_SPARE_FDS descriptors (O_PATH opens of "/") for the first
+ * open of the file, made lazily when a batch outgrows the log: a process
+ * that ran out of descriptors by then (connections up to the limit) could
+ * otherwise not commit the batch, and a batch that cannot be committed
+ * stops all writes. big_batch_begin closes them just before it opens what it
+ * needs, and takes them again after. Best effort: a spare that cannot be
+ * opened is left out. */
+void big_batch_hold_spare_fds(big_batch_writer *w);
 /* The last big batch's content is no longer needed (both head slots are
  * past its frame, the log's reusable_lsn): give its space back, truncating
  * the file (and sim mode's staging copy) to nothing. The file stays, empty,

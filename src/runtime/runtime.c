@@ -761,6 +761,7 @@ static int open_durable(const mango_config *cfg, int *status)
                          (unsigned long long)cfg->heap_base, rt.heap_size, strerror(errno));
         goto fail_pool;
     }
+    big_batch_writer_init(&rt.big); /* (fail_heap closes it) */
     /* Replay the log into the mirror (idempotent; a crash here is recovered
      * again). MANGO_CHECK_HEAP=1 walks the heap's metadata first, on a
      * private copy with the log applied, so a refusal writes nothing. */
@@ -821,7 +822,7 @@ static int open_durable(const mango_config *cfg, int *status)
     rt.verify = capture_verify_enabled();
     capture_set_data_ranges(rt.verify ? 0 : rt.data_range_min); /* the verifier compares blocks */
     redo_log_init(&rt.log, p, tail, seq, gen, tail);
-    big_batch_writer_init(&rt.big);
+    big_batch_hold_spare_fds(&rt.big); /* for the file's lazy open (big_batch.h) */
     rc = setup_fs_log_writes(p);
     if (rc)
         goto fail_heap;
@@ -843,6 +844,7 @@ static int open_durable(const mango_config *cfg, int *status)
     recovery_trace("init: heap attached, backend started");
     return MANGO_OK;
 fail_heap:
+    big_batch_writer_close(&rt.big); /* its spare descriptors */
     scratch_reset();
     dheap_detach(); /* harmless when nothing is attached */
     rt.verify = false;

@@ -21,6 +21,9 @@
  *     failed, and the pool was refused for good: found by a review);
  *   - a relative pool path: the file stays beside the pool when the process
  *     changes directory, and recovery finds it;
+ *   - a process with no descriptor left (connections up to the limit) still
+ *     commits its first big batch, whose file is opened only then (the
+ *     runtime holds spare descriptors for it);
  *   - a big batch whose file cannot be written (the path is a directory) is
  *     not acknowledged, stops further writes with the reason, and after a
  *     restart the state is the last acknowledged batch's;
@@ -30,7 +33,7 @@
  *     process must find the big area uniform (big batches are atomic), in
  *     step with the counter, and the counter at least the last acknowledged.
  * Usage: test_big_batch [kill ROUNDS | child MODE POOL FD | verify MODE POOL MIN [MAX] |
- *                        die POOL N | unwritable POOL]
+ *                        die POOL N | unwritable POOL MODE | nofds POOL MODE]
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -40,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -547,6 +551,39 @@ static int unwritable(const char *pool, const char *mode)
     return 0;
 }
 
+/* Child: batches 1-2, then every descriptor the process may have is taken
+ * (as by connections up to the limit), then big batch 3, whose file is
+ * opened only now. 0 if it committed. */
+static int no_descriptors_left(const char *pool, const char *mode)
+{
+    struct rlimit rl = {.rlim_cur = 128, .rlim_max = 128};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 2;
+    if (start(pool, test_mode_named(mode)) != MANGO_FRESH)
+        return 3;
+    for (uint64_t k = 1; k <= 2; k++) {
+        if (mango_batch_begin() != MANGO_OK)
+            return 4;
+        batch_body(k);
+        if (mango_batch_end() != MANGO_OK)
+            return 5;
+    }
+    int taken = 0;
+    while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0)
+        taken++;
+    if (errno != EMFILE)
+        return 6;
+    if (mango_batch_begin() != MANGO_OK)
+        return 7;
+    batch_body(3);
+    int rc = mango_batch_end();
+    printf("%s: big batch with no descriptor left (%d taken): %d: %s\n", mode, taken, rc,
+           rc == MANGO_OK ? "ok" : mango_last_error());
+    if (rc != MANGO_OK)
+        return 8;
+    return mango_shutdown() == MANGO_OK ? 0 : 9;
+}
+
 static void unwritable_checks(const char *pool, const char *big_path)
 {
     unlink(pool);
@@ -569,6 +606,18 @@ static void unwritable_checks(const char *pool, const char *big_path)
         unsetenv("MANGO_FAULT_SYNC_SITE");
         CHECK(u == 0);
         CHECK(run_self5("verify", modes[i], pool, "2", "2") == 0);
+    }
+    unlink(pool);
+    unlink(big_path);
+    /* The file is opened when the first batch outgrows the log: a process
+     * out of descriptors by then (connections up to the limit) failed that
+     * open with EMFILE, and the uncommitted batch stopped every write. */
+    static const char *const all_modes[] = {"emulated", "sim", "fs"};
+    for (int i = 0; i < 3; i++) {
+        unlink(pool);
+        unlink(big_path);
+        CHECK(run_self("nofds", pool, all_modes[i], "-") == 0);
+        CHECK(run_self5("verify", all_modes[i], pool, "3", "3") == 0);
     }
     unlink(pool);
     unlink(big_path);
@@ -644,6 +693,8 @@ int main(int argc, char **argv)
                       argc >= 6 && strcmp(argv[5], "-") ? strtoull(argv[5], NULL, 10) : UINT64_MAX);
     if (argc >= 4 && strcmp(argv[1], "unwritable") == 0)
         return unwritable(argv[2], argv[3]);
+    if (argc >= 4 && strcmp(argv[1], "nofds") == 0)
+        return no_descriptors_left(argv[2], argv[3]);
     if (argc >= 4 && strcmp(argv[1], "die") == 0)
         return die_after(argv[2], strtoull(argv[3], NULL, 10),
                          argc >= 5 && strcmp(argv[4], "-") ? argv[4] : NULL);
