@@ -184,3 +184,30 @@ def test_warnings_name_dest_not_the_temporary_file(workdir):
     assert r.returncode == 0, r.stderr
     assert "warning: %s: log head slot %d is corrupt" % (dst, older) in r.stderr, r.stderr
     assert ".copying-" not in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("what", ["symlink-loop", "socket"])
+def test_an_unopenable_big_batch_file_is_named_as_the_source(workdir, what):
+    """POOL.bigbatch there but not openable (a symlink loop; a socket, which
+    open() refuses with ENXIO; as root, file modes would not stop it): the
+    copy is refused, exit 2, nothing left behind, and the message names the
+    file that could not be read. It said "cannot write
+    DEST.copying-PID.bigbatch: ...", blaming the destination, which was
+    never opened (found by a review of the mango CLI)."""
+    p = make_pool(workdir)
+    big = p + ".bigbatch"
+    if what == "symlink-loop":
+        os.symlink(os.path.basename(big), big)
+    else:
+        import socket
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(big)
+        s.close()
+    before = sha256(p)
+    dest = os.path.join(workdir, "copy")
+    r = copy(p, dest)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "cannot read %s" % big in r.stderr, r.stderr
+    assert "cannot write" not in r.stderr and ".copying-" not in r.stderr, r.stderr
+    assert leftovers(workdir, ["pool", "pool.bigbatch"]) == []
+    assert sha256(p) == before

@@ -275,6 +275,7 @@ int cmd_copy(int argc, char **argv)
         big = e == 0;
     } else if (errno != ENOENT) {
         e = errno;
+        j.read_failed = true; /* (the source's file: DEST's was never opened) */
     }
     if (e) {
         fprintf(stderr, "%smango copy: cannot %s %s: %s\n", j.progress ? "\n" : "",
