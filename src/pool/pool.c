@@ -702,6 +702,13 @@ static int check_expected(const pool *p, const pool_expect *e)
                        n, n == 1 ? "" : "s", pool_txt, e->n_data, e->n_data == 1 ? "" : "s", proc_txt);
 }
 
+/* What a file that is not a regular file is, for "... is not a pool file: it is %s". */
+static const char *file_kind(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
+           : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
+}
+
 int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writable, const pool_expect *expect)
 {
     memset(p, 0, sizeof *p);
@@ -712,10 +719,16 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == EISDIR)
         return mango_error(MANGO_EINVAL, "%s is not a pool file: it is a directory", path);
-    if (fd < 0)
+    struct stat st;
+    /* A socket fails the open itself (ENXIO, "No such device or address"),
+     * before fstat below could say what it is. */
+    if (fd < 0 && errno == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
+    if (fd < 0 && errno != ENXIO)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",
                            path, strerror(errno));
-    struct stat st;
+    if (fd < 0)
+        return mango_error(MANGO_EIO, "cannot open pool %s: %s", path, strerror(ENXIO));
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
@@ -723,10 +736,7 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path,
-                           S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO"
-                           : S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) ? "a character device"
-                           : S_ISBLK(st.st_mode) ? "a block device" : "not a regular file");
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
     }
     if (flock(fd, (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         int e = errno;

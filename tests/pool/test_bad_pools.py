@@ -348,6 +348,31 @@ def test_not_a_regular_file(workdir):
     assert sorted(os.listdir(workdir)) == ["fifo"]
 
 
+def test_a_socket_is_not_a_pool_file(workdir):
+    """A Unix socket at the pool's path: open() refuses it with ENXIO, so
+    check, inspect, copy and the runtime said "cannot open pool ...: No such
+    device or address" (the "it is a socket" message after fstat was never
+    reached: found by a review of the CLI with hostile files). Refused at
+    once with what it is, exit 2, like a FIFO or a directory."""
+    import socket
+    sock = os.path.join(workdir, "sock")
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(sock)
+    s.close()
+    link = os.path.join(workdir, "link")
+    os.symlink("sock", link)
+    for path in (sock, link):
+        for args in (["check", path], ["inspect", path], ["inspect", "--json", path],
+                     ["copy", path, os.path.join(workdir, "c")]):
+            r = run(MANGO, *args, timeout=10)
+            assert r.returncode == 2, (args, r.returncode, r.stderr)
+            assert "is not a pool file: it is a socket" in r.stderr, (args, r.stderr)
+            assert "No such device or address" not in r.stderr, (args, r.stderr)
+        k = run(KVSTORE, "demo", "--pool", path, "--mode", "emulated", timeout=10)
+        assert k.returncode == 2 and "is not a pool file: it is a socket" in k.stderr, k.stderr
+    assert sorted(os.listdir(workdir)) == ["link", "sock"]
+
+
 def test_json_keeps_utf8(workdir):
     """inspect --json writes a UTF-8 path as it is (each byte was escaped as
     a backslash-u escape, which decodes to other characters); a byte that is not UTF-8
