@@ -852,12 +852,21 @@ int pool_check_fingerprint(const pool *p, uint64_t fingerprint, const char *text
 {
     if (p->hdr->fingerprint == fingerprint)
         return MANGO_OK;
+    /* The pool's text is the file's: its control characters (a carriage
+     * return, an escape sequence in a crafted header) are shown as '?', not
+     * sent to the terminal. */
+    char shown[601];
+    size_t n = strnlen(p->hdr->fingerprint_text, sizeof shown - 1);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p->hdr->fingerprint_text[i];
+        shown[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    shown[n] = 0;
     return mango_error(MANGO_ELAYOUT,
                        "pool was written by a process with a different layout (fingerprint %016llx, "
-                       "this process %016llx); the pool is left unchanged.\n  pool:    %.600s\n  "
+                       "this process %016llx); the pool is left unchanged.\n  pool:    %s\n  "
                        "process: %.600s",
-                       (unsigned long long)p->hdr->fingerprint, (unsigned long long)fingerprint,
-                       p->hdr->fingerprint_text, text);
+                       (unsigned long long)p->hdr->fingerprint, (unsigned long long)fingerprint, shown, text);
 }
 
 int pool_write_head(pool *p, uint64_t head_lsn, uint64_t next_seq, uint64_t generation, bool clean)

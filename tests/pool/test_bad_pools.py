@@ -456,6 +456,34 @@ def test_foreign_fingerprint(workdir):
     assert sha256(p) == before
 
 
+def test_fingerprint_text_with_control_characters_is_shown_escaped(workdir):
+    """The layout text in the header is the pool file's, not this program's:
+    a crafted one holding a carriage return and terminal escape sequences
+    (its header checksum fixed) was written raw by `mango inspect` and by
+    the refusal of the open, so on a terminal it could overwrite the lines
+    around it (a forged fingerprint line) or drive the terminal (found by a
+    review of the CLI with hostile files). Control characters are shown
+    escaped; the pool is still refused as a different layout, unchanged."""
+    p = make_pool(workdir)
+    forged = b"x\r  fingerprint      0000000000000000\x1b[2K\x07\x7f\x00"
+    write_at(p, HDR_FINGERPRINT_TEXT, forged)
+    write_at(p, HDR_FINGERPRINT, struct.pack("<Q", 0x0123456789ABCDEF))
+    fix_header_crc(p)
+    before = sha256(p)
+    i = run(MANGO, "inspect", p)
+    assert i.returncode == 0, i.stderr
+    line = [l for l in i.stdout.split("\n") if "fingerprint text" in l][0]
+    for c in "\r\x1b\x07\x7f":
+        assert c not in i.stdout, (c, i.stdout)
+    assert "x\\x0d  fingerprint      0000000000000000\\x1b[2K\\x07\\x7f" in line, line
+    assert inspect_json(p)["header"]["fingerprint_text"] == forged[:-1].decode()  # (JSON escapes it)
+    k = reopen(p)
+    assert k.returncode == 2 and "different layout" in k.stderr, k.stderr
+    for c in "\r\x1b\x07\x7f":
+        assert c not in k.stderr, (c, k.stderr)
+    assert sha256(p) == before
+
+
 # ---- region table damage ----
 @pytest.mark.parametrize("entry,field_off,bit", [(0, 0, 0), (0, 8, 5), (0, 16, 3), (1, 24, 6),
                                                  (1, 8, 0)])

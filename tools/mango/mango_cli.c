@@ -430,8 +430,14 @@ static void print_text(const char *path, const pool *p, const log_scan_result *r
     const char *t = h->fingerprint_text;
     size_t tl = strnlen(t, POOL_FINGERPRINT_TEXT);
     for (size_t i = 0; i < tl; i++) {
-        putchar(t[i]);
-        if (t[i] == '\n' && i + 1 < tl)
+        unsigned char ch = (unsigned char)t[i];
+        /* (The pool's text, not ours: a carriage return or an escape
+         * sequence in a crafted header would rewrite the terminal.) */
+        if ((ch < 0x20 && ch != '\n') || ch == 0x7f)
+            printf("\\x%02x", ch);
+        else
+            putchar(ch);
+        if (ch == '\n' && i + 1 < tl)
             fputs("                   ", stdout);
     }
     if (tl == 0 || t[tl - 1] != '\n')
