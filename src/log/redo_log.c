@@ -308,7 +308,12 @@ static const log_frame *frame_at(const char *ring, uint64_t cap, uint64_t pos, u
  * this lap after it. One written when pos was already durable (its
  * durable_lsn > pos) proves the bad frame had been committed: corruption.
  * Others were in flight with it (pipelined commit) and are dropped; *dropped
- * counts them. */
+ * counts them. A candidate whose header is sound (this lap, this
+ * generation, its checksum) is the one frame written at its position, so
+ * no frame starts inside it: the search skips its extent, and checksums
+ * each byte of the ring at most once. (It checksummed every candidate's
+ * payload: a crafted ring of headers each reaching the ring's end, each
+ * payload wrong, took an hour for 64 MiB, in check and recovery alike.) */
 static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos, uint64_t seq,
                                     uint64_t gen, uint64_t *dropped)
 {
@@ -321,6 +326,9 @@ static bool committed_frame_follows(const char *ring, uint64_t cap, uint64_t pos
         const log_frame *f = (const log_frame *)(ring + cand % cap);
         if (f->magic != LOG_FRAME_MAGIC || f->lsn != cand || f->seq < seq || f->seq - seq > cap / 64)
             continue;
+        if (!frame_at(ring, cap, cand, f->seq, gen, false, why, sizeof why))
+            continue;
+        d += f->frame_bytes - 64; /* (and the loop's 64: the next candidate is past this frame) */
         if (!frame_at(ring, cap, cand, f->seq, gen, true, why, sizeof why))
             continue;
         if (f->durable_lsn > pos)
