@@ -44,13 +44,21 @@ void heap_preview_unmap(heap_preview *hp)
 
 /* Zeros over [off, off+n) of the copy: the whole pages among them replaced
  * by anonymous zero pages (a zero range can span a whole calloc'ed table),
- * the ends cleared. */
-static void zero_copy(char *copy, uint64_t off, uint64_t n)
+ * the ends cleared. Each replacement can split the copy's mapping: past
+ * HEAP_PREVIEW_ZERO_MAPS of them, only ranges of HEAP_PREVIEW_ZERO_MAP_BIG or
+ * more (few can be apart) are mapped, others cleared in place. Tens of
+ * thousands of page-sized ranges (a pending log of callocs, each valid) took
+ * the process to vm.max_map_count, and the walk's own mmap then failed: the
+ * heap was called inconsistent (a review of the CLI with hostile files). */
+static void zero_copy(heap_preview *hp, uint64_t off, uint64_t n)
 {
+    char *copy = hp->copy;
     uint64_t a = (off + PAGE_BYTES - 1) & ~(uint64_t)(PAGE_BYTES - 1);
     uint64_t b = (off + n) & ~(uint64_t)(PAGE_BYTES - 1);
-    if (b > a && mmap(copy + a, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
-                      -1, 0) != MAP_FAILED) {
+    bool map = b > a && (hp->zero_maps < HEAP_PREVIEW_ZERO_MAPS || b - a >= HEAP_PREVIEW_ZERO_MAP_BIG);
+    hp->zero_maps += map;
+    if (map && mmap(copy + a, b - a, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE,
+                    -1, 0) != MAP_FAILED) {
         memset(copy + off, 0, a - off);
         memset(copy + b, 0, off + n - b);
     } else {
@@ -66,7 +74,7 @@ void heap_preview_bytes(heap_preview *hp, uint64_t addr, uint64_t len, const cha
         if (src)
             memcpy(hp->copy + off, src, n);
         else
-            zero_copy(hp->copy, off, n);
+            zero_copy(hp, off, n);
     }
     for (uint64_t x = addr > lo ? addr : lo; x < addr + len && x < hi; x++)
         ((char *)&hp->root)[x - lo] = src ? src[x - addr] : 0;

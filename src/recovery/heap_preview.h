@@ -19,10 +19,17 @@
 #include "log/redo_log.h"
 #include "pool/pool.h"
 
+/* At most this many zero ranges become anonymous pages in the copy (each
+ * adds up to two mappings; vm.max_map_count is 65530 by default), and then
+ * only those of at least ..._BIG bytes (cheap to map, costly to clear). */
+#define HEAP_PREVIEW_ZERO_MAPS 8192u
+#define HEAP_PREVIEW_ZERO_MAP_BIG (4ull << 20)
+
 typedef struct heap_preview {
     const pool_region *heap;
     dheap_root root;
     char *copy; /* the whole heap; NULL: the root only */
+    unsigned zero_maps; /* zero ranges mapped as anonymous pages so far */
 } heap_preview;
 
 /* Start from the mirror as it is: the root copied, no whole-heap copy. */
