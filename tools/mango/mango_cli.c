@@ -110,8 +110,12 @@ static const char *inspect_usage =
     "    -h, --help  print this text and exit\n"
     "\n"
     "EXIT STATUS\n"
-    "    0  printed; 1  the pool or its log is bad (what could be read is still\n"
-    "    printed); 2  usage error, or POOL cannot be opened (missing, in use).\n";
+    "    0  printed; 1  the header or region table is bad (nothing is printed)\n"
+    "    or the log's frames are (the header and what could be read of the log\n"
+    "    are still printed); 2  usage error, or POOL cannot be opened (missing,\n"
+    "    in use). inspect reads the frames; it does not check where each entry\n"
+    "    writes, nor the heap: `mango check` does, and may refuse a pool that\n"
+    "    inspect printed with status 0.\n";
 
 static const char *check_usage =
     "NAME\n"
