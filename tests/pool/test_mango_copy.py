@@ -211,3 +211,37 @@ def test_an_unopenable_big_batch_file_is_named_as_the_source(workdir, what):
     assert "cannot write" not in r.stderr and ".copying-" not in r.stderr, r.stderr
     assert leftovers(workdir, ["pool", "pool.bigbatch"]) == []
     assert sha256(p) == before
+
+
+@pytest.mark.parametrize("what", ["directory", "fifo"])
+def test_a_big_batch_path_that_is_not_a_file_is_named_as_such(workdir, what):
+    """A directory or a FIFO at POOL.bigbatch: the copy is refused, exit 2,
+    nothing left behind, saying what is there. It said "cannot read
+    POOL.bigbatch: Invalid argument" (noted by a review of the mango CLI)."""
+    p = make_pool(workdir)
+    big = p + ".bigbatch"
+    if what == "directory":
+        os.mkdir(big)
+    else:
+        os.mkfifo(big)
+    dest = os.path.join(workdir, "copy")
+    r = copy(p, dest)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    kind = "a directory" if what == "directory" else "a FIFO"
+    assert "%s is not a regular file (%s)" % (big, kind) in r.stderr, r.stderr
+    assert "Invalid argument" not in r.stderr, r.stderr
+    assert leftovers(workdir, ["pool", "pool.bigbatch"]) == []
+
+
+@pytest.mark.parametrize("empty", ["POOL", "DEST"])
+def test_an_empty_name_is_a_usage_error_before_any_copying(workdir, empty):
+    """'' as DEST copied the whole pool (and checked it) before the rename
+    failed with "cannot move the copy to : No such file or directory"
+    (noted by a review of the mango CLI): now a usage error, at once."""
+    p = make_pool(workdir)
+    args = ["", os.path.join(workdir, "copy")] if empty == "POOL" else [p, ""]
+    r = subprocess.run([os.path.abspath(MANGO), "copy", *args], capture_output=True, text=True, cwd=workdir,
+                       timeout=60)
+    assert r.returncode == 2, (r.returncode, r.stdout, r.stderr)
+    assert "%s is empty" % empty in r.stderr, r.stderr
+    assert not [f for f in os.listdir(workdir) if ".copying-" in f], os.listdir(workdir)

@@ -204,6 +204,8 @@ int cmd_copy(int argc, char **argv)
         usage_error("copy", argc - optind < 2 ? "missing %s" : "unexpected argument '%s'",
                     argc - optind == 0 ? "POOL and DEST" : argc - optind == 1 ? "DEST" : argv[optind + 2]);
     const char *src = argv[optind], *dst = argv[optind + 1];
+    if (!*src || !*dst) /* ('' as DEST copied the whole pool, then failed to rename it) */
+        usage_error("copy", "%s is empty", !*src ? "POOL" : "DEST");
     char dst_big[4200];
     if (snprintf(dst_big, sizeof dst_big, "%s.bigbatch", dst) >= (int)sizeof dst_big ||
         snprintf(tmp, sizeof tmp, "%s.copying-%d", dst, (int)getpid()) >= (int)sizeof tmp ||
@@ -276,6 +278,18 @@ int cmd_copy(int argc, char **argv)
     } else if (errno != ENOENT) {
         e = errno;
         j.read_failed = true; /* (the source's file: DEST's was never opened) */
+    }
+    if (e == EINVAL && j.read_failed) { /* (fstat above: not a regular file) */
+        struct stat bst;
+        fprintf(stderr, "%smango copy: %s is not a regular file (%s): a pool's big-batch file is one; move it "
+                        "away if the pool does not need it (mango check says whether the log names it)\n",
+                j.progress ? "\n" : "", p.big_batch_path,
+                stat(p.big_batch_path, &bst) != 0 ? "gone" : S_ISDIR(bst.st_mode) ? "a directory"
+                : S_ISFIFO(bst.st_mode) ? "a FIFO" : S_ISCHR(bst.st_mode) ? "a character device"
+                : S_ISBLK(bst.st_mode) ? "a block device" : "another kind of file");
+        unlink(tmp);
+        pool_close(&p);
+        return EXIT_USAGE;
     }
     if (e) {
         fprintf(stderr, "%smango copy: cannot %s %s: %s\n", j.progress ? "\n" : "",
