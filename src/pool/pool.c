@@ -716,12 +716,16 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
     /* O_NONBLOCK: an open of a FIFO would wait for a writer forever (mango
      * check of a FIFO hung); only regular files are pools. (The flag does
      * nothing to a regular file's reads and writes.) */
+    struct stat st;
+    /* Looked at before the open too: opening a device can act on it (a
+     * watchdog starts counting; a tape rewinds), and a socket fails the open
+     * itself (ENXIO) before fstat below could say what it is. (fstat after
+     * the open still decides: the name may change in between.) */
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == EISDIR)
         return mango_error(MANGO_EINVAL, "%s is not a pool file: it is a directory", path);
-    struct stat st;
-    /* A socket fails the open itself (ENXIO, "No such device or address"),
-     * before fstat below could say what it is. */
     if (fd < 0 && errno == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
         return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
     if (fd < 0 && errno != ENXIO)

@@ -348,6 +348,44 @@ def test_not_a_regular_file(workdir):
     assert sorted(os.listdir(workdir)) == ["fifo"]
 
 
+def test_a_device_is_refused_without_being_opened(workdir):
+    """A character device at the pool's path (or a symlink to one) is
+    refused, exit 2, before anything opens it: opening a device can act on
+    it (a watchdog starts counting). The pool was opened first and its type
+    checked after (noted by a review of the CLI with hostile files). The
+    device is a private copy of /dev/null, watched with inotify for opens."""
+    import ctypes
+    import stat
+    node = os.path.join(workdir, "dev")
+    try:
+        os.mknod(node, stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("mknod needs root (CAP_MKNOD)")
+    link = os.path.join(workdir, "link")
+    os.symlink("dev", link)
+    libc = ctypes.CDLL(None, use_errno=True)
+    ino = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+    assert ino >= 0 and libc.inotify_add_watch(ino, node.encode(), 0x20) >= 0  # IN_OPEN
+    try:
+        for path in (node, link):
+            for args in (["check", path], ["inspect", path], ["copy", path, os.path.join(workdir, "c")]):
+                r = run(MANGO, *args, timeout=10)
+                assert r.returncode == 2, (args, r.returncode, r.stderr)
+                assert "is not a pool file: it is a character device" in r.stderr, (args, r.stderr)
+            k = run(KVSTORE, "demo", "--pool", path, "--mode", "emulated", timeout=10)
+            assert k.returncode == 2 and "is not a pool file: it is a character device" in k.stderr, k.stderr
+        try:
+            events = os.read(ino, 4096)
+        except BlockingIOError:
+            events = b""
+        assert events == b"", "the device was opened %d time(s)" % (len(events) // 16)
+        # (The watch works: an open of the device is seen.)
+        open(node).close()
+        assert len(os.read(ino, 4096)) >= 16
+    finally:
+        os.close(ino)
+
+
 def test_a_socket_is_not_a_pool_file(workdir):
     """A Unix socket at the pool's path: open() refuses it with ENXIO, so
     check, inspect, copy and the runtime said "cannot open pool ...: No such
