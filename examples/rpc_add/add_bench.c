@@ -51,7 +51,7 @@ typedef struct client {
     unsigned id;
     uint64_t ops;
     hist_t hist; /* latency in nanoseconds */
-    int error;
+    char error[256]; /* why the client stopped early, or "" */
 } client;
 
 static uint64_t now_ns(void)
@@ -61,16 +61,23 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Sends (out) or receives all n bytes; -1 if the connection failed. */
-static int transfer(int fd, void *b, size_t n, bool out)
+/* Sends (out) or receives all n bytes; -1 if the connection failed, with
+ * c->error saying why (a recv's end of stream sets no errno: the server
+ * closed the connection). */
+static int transfer(client *c, int fd, void *b, size_t n, bool out)
 {
     char *p = b;
     while (n > 0) {
         ssize_t k = out ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
         if (k < 0 && errno == EINTR)
             continue;
-        if (k <= 0)
+        if (k <= 0) {
+            if (k == 0)
+                snprintf(c->error, sizeof c->error, "the server closed the connection");
+            else
+                snprintf(c->error, sizeof c->error, "%s: %s", out ? "send" : "recv", strerror(errno));
             return -1;
+        }
         p += k;
         n -= (size_t)k;
     }
@@ -78,45 +85,49 @@ static int transfer(int fd, void *b, size_t n, bool out)
 }
 
 /* A connected socket to O.host:O.port (its first address that accepts);
- * -1 with *error set if none does. */
-static int connect_tcp(int *error)
+ * -1 with c->error set if none does. */
+static int connect_tcp(client *c)
 {
     char port[8];
     snprintf(port, sizeof port, "%d", O.port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
     struct addrinfo *res = NULL;
-    if (getaddrinfo(O.host, port, &hints, &res) != 0) {
-        *error = EINVAL;
+    int g = getaddrinfo(O.host, port, &hints, &res);
+    if (g != 0) {
+        snprintf(c->error, sizeof c->error, "host \"%s\": %s", O.host,
+                 g == EAI_SYSTEM ? strerror(errno) : gai_strerror(g));
         return -1;
     }
-    int fd = -1;
+    int fd = -1, e = 0;
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
         if (fd < 0)
-            *error = errno;
+            e = errno;
         else if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
-            *error = errno;
+            e = errno;
             close(fd);
             fd = -1;
         }
     }
     freeaddrinfo(res);
+    if (fd < 0)
+        snprintf(c->error, sizeof c->error, "connect to %s port %d: %s", O.host, O.port, strerror(e));
     return fd;
 }
 
-static int connect_unix(void)
+static int connect_unix(client *c)
 {
     struct sockaddr_un a = {.sun_family = AF_UNIX};
     if (strlen(O.unix_path) >= sizeof a.sun_path) {
-        errno = ENAMETOOLONG;
+        snprintf(c->error, sizeof c->error, "connect to %s: %s", O.unix_path, strerror(ENAMETOOLONG));
         return -1;
     }
     strcpy(a.sun_path, O.unix_path);
     int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        snprintf(c->error, sizeof c->error, "connect to %s: %s", O.unix_path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
         fd = -1;
     }
     return fd;
@@ -125,12 +136,9 @@ static int connect_unix(void)
 static void *client_main(void *arg)
 {
     client *c = arg;
-    int fd = O.unix_path ? connect_unix() : connect_tcp(&c->error);
-    if (fd < 0) {
-        if (O.unix_path)
-            c->error = errno;
+    int fd = O.unix_path ? connect_unix(c) : connect_tcp(c);
+    if (fd < 0)
         return NULL;
-    }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     uint64_t rng = 0x9e3779b97f4a7c15ull * (c->id + 1);
@@ -150,11 +158,14 @@ static void *client_main(void *arg)
             memcpy(req + 9, &one64, 8);
         uint64_t t0 = now_ns();
         uint32_t rlen = 0;
-        if (transfer(fd, req, 4 + len, true) || transfer(fd, &rlen, 4, false) || rlen > sizeof resp ||
-            transfer(fd, resp, rlen, false) || rlen != 8) {
-            c->error = rlen != 8 ? EPROTO : errno;
+        if (transfer(c, fd, req, 4 + len, true) || transfer(c, fd, &rlen, 4, false))
+            break;
+        if (rlen != 8) { /* (an 'E' reply, or not add_server) */
+            snprintf(c->error, sizeof c->error, "a response of %" PRIu32 " bytes (expected 8)", rlen);
             break;
         }
+        if (transfer(c, fd, resp, rlen, false))
+            break;
         hist_record(&c->hist, now_ns() - t0);
         c->ops++;
     }
@@ -231,17 +242,18 @@ int main(int argc, char **argv)
     hist_t h;
     hist_init(&h);
     uint64_t ops = 0;
-    int err = 0;
+    const client *failed = NULL;
     for (unsigned i = 0; i < O.clients; i++) {
         pthread_join(cs[i].th, NULL);
         ops += cs[i].ops;
         hist_merge(&h, &cs[i].hist);
-        if (cs[i].error)
-            err = cs[i].error;
+        if (cs[i].error[0])
+            failed = &cs[i];
     }
     double el = (double)(now_ns() - t0) / 1e9;
-    if (err) {
-        fprintf(stderr, "add_bench: a client failed: %s\n", strerror(err));
+    if (failed) {
+        fprintf(stderr, "add_bench: client %u failed after %" PRIu64 " requests: %s\n", failed->id,
+                failed->ops, failed->error);
         return 1;
     }
     if (ops == 0) {

@@ -907,6 +907,62 @@ def test_add_bench_refuses_an_empty_run(tmp_path):
     assert "no request completed" in err and "_us=" not in out, (out, err)
 
 
+
+def stand_in_server(answers, last):
+    """A TCP stand-in for add_server on a free port: each connection gets
+    `answers` 8-byte replies, then `last` (bytes sent before the stand-in
+    closes the connection). Returns (listening socket, port)."""
+    lsn = socket.socket()
+    lsn.bind(("127.0.0.1", 0))
+    lsn.listen(16)
+
+    def serve(s):
+        with s:
+            for i in range(answers + 1):
+                head = b""
+                while len(head) < 4:
+                    k = s.recv(4 - len(head))
+                    if not k:
+                        return
+                    head += k
+                body = b""
+                while len(body) < struct.unpack("<I", head)[0]:
+                    body += s.recv(64)
+                s.sendall(last if i == answers else frame(struct.pack("<q", 1)))
+
+    def accept():
+        try:
+            while True:
+                threading.Thread(target=serve, args=(lsn.accept()[0],), daemon=True).start()
+        except OSError:
+            pass  # closed by the test
+
+    threading.Thread(target=accept, daemon=True).start()
+    return lsn, lsn.getsockname()[1]
+
+
+def test_add_bench_reports_a_connection_the_server_closed(pool):
+    """A server that closes a connection in the middle of a response (its
+    length sent, not its value) fails the run: add_bench printed its results
+    and exited 0, since recv's end of stream sets no errno and the client's
+    error was 0. One closed before any response was reported as 'Protocol
+    error', and a host that does not resolve as 'Invalid argument'. Each now
+    exits 1 saying what happened (found by a review of RPC mode with hostile
+    peers)."""
+    for last, says in ((struct.pack("<I", 8), "closed the connection"), (b"", "closed the connection"),
+                       (frame(b"Eno"), "a response of 3 bytes")):
+        lsn, port = stand_in_server(20, last)
+        p = subprocess.run([BENCH, "--port", str(port), "--clients", "1", "--seconds", "0.5"],
+                           capture_output=True, text=True, timeout=30)
+        lsn.close()
+        assert p.returncode == 1, (last, p.returncode, p.stdout, p.stderr)
+        assert says in p.stderr and "_us=" not in p.stdout, (last, p.stdout, p.stderr)
+    p = subprocess.run([BENCH, "--host", "no-such-host.invalid", "--port", "1", "--seconds", "0.1"],
+                       capture_output=True, text=True, timeout=30)
+    assert p.returncode == 1 and "no-such-host.invalid" in p.stderr, (p.returncode, p.stderr)
+    assert "Invalid argument" not in p.stderr, p.stderr
+
+
 RPC_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "rpc_bench.py")
 
 
