@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/un.h>
 
 #include "mango.h"
 #include "../common/parse_num.h"
@@ -186,10 +187,10 @@ static void usage(FILE *f)
 "                     multiple of 4K (exit 1)\n"
 "  --host ADDR        address to listen on: IPv4, IPv6 (::1) or a name (default 127.0.0.1)\n"
 "  --port N           TCP port 0-65535 (default 0: any free port, printed at start)\n"
-"  --unix PATH        listen on a Unix-domain socket at PATH instead of TCP (not\n"
-"                     with --host or --port; a socket left by a server that is\n"
-"                     gone is replaced; a live server's socket, or anything\n"
-"                     else, is refused)\n"
+"  --unix PATH        listen on a Unix-domain socket at PATH (1 to 107 bytes)\n"
+"                     instead of TCP (not with --host or --port; a socket left\n"
+"                     by a server that is gone is replaced; a live server's\n"
+"                     socket, or anything else, is refused)\n"
 "  --threads N        worker threads, 1-256 (default 8). A worker holds its responses\n"
 "                     while their commands become durable and serves its other\n"
 "                     connections meanwhile (fs, sim modes), so one per CPU is\n"
@@ -288,6 +289,8 @@ int main(int argc, char **argv)
         conflict = "--pool needs a path (leave it out for the default)";
     else if (rc.unix_path && (rc.host || port_given))
         conflict = "--unix names a Unix socket, --host and --port a TCP listener: give one of them";
+    else if (rc.unix_path && (!*rc.unix_path || strlen(rc.unix_path) >= sizeof(((struct sockaddr_un *)0)->sun_path)))
+        conflict = "--unix needs a path of 1 to 107 bytes (a Unix socket's limit)";
     if (conflict) {
         fprintf(stderr, "add_server: %s\n", conflict);
         usage(stderr);

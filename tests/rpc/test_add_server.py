@@ -832,7 +832,11 @@ def test_bad_options(pool):
     # pool, and --unix won over --host/--port.
     for args, says in ((["--pool", ""], "--pool needs a path"),
                        (["--pool", pool, "--unix", pool + ".sock", "--port", "5555"], "give one of them"),
-                       (["--pool", pool, "--unix", pool + ".sock", "--host", "::1"], "give one of them")):
+                       (["--pool", pool, "--unix", pool + ".sock", "--host", "::1"], "give one of them"),
+                       # (found by a review of RPC mode with hostile peers: an empty or too long
+                       # --unix made a 128 MiB pool, then failed to listen with exit 1)
+                       (["--pool", pool, "--unix", ""], "--unix needs a path"),
+                       (["--pool", pool, "--unix", "/tmp/" + "x" * 103], "--unix needs a path")):
         p = subprocess.run([BINARY, "--mode", "sim"] + args, capture_output=True, text=True, timeout=10)
         assert p.returncode == 2 and says in p.stderr, (args, p.returncode, p.stdout, p.stderr)
         assert not os.path.exists(pool) and not os.path.exists(pool + ".sock"), args
