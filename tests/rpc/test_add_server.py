@@ -844,6 +844,24 @@ def test_bad_options(pool):
     assert p.returncode == 0 and "Protocol" in p.stdout
 
 
+
+def test_help_gives_the_limits_and_the_environment(pool):
+    """--help is the server's manual: a client's author must learn from it
+    what closes a connection (a frame over 1 MiB, the two 10 s time-outs and
+    the variables that set them) and what the stop prints. It gave none of
+    them (found by a review of RPC mode with hostile peers)."""
+    p = subprocess.run([BINARY, "--help"], capture_output=True, text=True, timeout=10)
+    assert p.returncode == 0 and not p.stderr, (p.returncode, p.stderr)
+    for says in ("1 MiB", "MANGO_RPC_FRAME_TIMEOUT_MS", "MANGO_RPC_SEND_TIMEOUT_MS", "MANGO_POOL",
+                 "stopped by signal", "pipelining", "shuts its"):
+        assert says in p.stdout, says
+    # Each value the help gives is the server's: 10 s by default, and a bad
+    # variable exits 1 (the help says so).
+    p = subprocess.run([BINARY, "--pool", pool, "--mode", "sim"], capture_output=True, text=True,
+                       timeout=10, env=dict(os.environ, MANGO_RPC_SEND_TIMEOUT_MS="99"))
+    assert p.returncode == 1 and "MANGO_RPC_SEND_TIMEOUT_MS" in p.stderr, (p.returncode, p.stderr)
+
+
 def bench_record(out):
     return dict(kv.split("=", 1) for kv in out.split() if "=" in kv)
 
