@@ -230,10 +230,21 @@ int main(int argc, char **argv)
     if ((O.port == 0) == (O.unix_path == NULL) || optind < argc)
         goto bad; /* exactly one of --port and --unix */
     client *cs = calloc(O.clients, sizeof *cs);
+    if (!cs) {
+        fprintf(stderr, "add_bench: out of memory for %u clients\n", O.clients);
+        return 1;
+    }
     for (unsigned i = 0; i < O.clients; i++) {
         cs[i].id = i;
         hist_init(&cs[i].hist);
-        pthread_create(&cs[i].th, NULL, client_main, &cs[i]);
+        int e = pthread_create(&cs[i].th, NULL, client_main, &cs[i]);
+        if (e != 0) { /* (it joined threads it never started, and blamed the server) */
+            fprintf(stderr, "add_bench: cannot start client %u of %u: %s\n", i + 1, O.clients, strerror(e));
+            atomic_store(&stop_flag, true);
+            for (unsigned k = 0; k < i; k++)
+                pthread_join(cs[k].th, NULL);
+            return 1;
+        }
     }
     uint64_t t0 = now_ns();
     struct timespec d = {(time_t)O.seconds, (long)((O.seconds - (time_t)O.seconds) * 1e9)};

@@ -985,6 +985,25 @@ def test_add_bench_reports_a_connection_the_server_closed(pool):
     assert "Invalid argument" not in p.stderr, p.stderr
 
 
+
+def test_add_bench_reports_a_client_it_could_not_start():
+    """Threads that cannot be made (RLIMIT_STACK of 100 TiB: no two such
+    stacks fit in the address space) were not noticed: add_bench joined
+    threads it never started and said 'no request completed', though no
+    client had run (nothing listens on port 1, so a client that ran would
+    have said its connect was refused). It now names the client it could
+    not start and exits 1 (found by a review of RPC mode with hostile
+    peers)."""
+    import resource
+
+    def huge_stacks():
+        resource.setrlimit(resource.RLIMIT_STACK, (100 << 40, resource.RLIM_INFINITY))
+
+    p = subprocess.run([BENCH, "--port", "1", "--clients", "2", "--seconds", "0.1"], capture_output=True,
+                       text=True, timeout=30, preexec_fn=huge_stacks)
+    assert p.returncode == 1 and "cannot start client" in p.stderr, (p.returncode, p.stdout, p.stderr)
+
+
 RPC_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "rpc_bench.py")
 
 
