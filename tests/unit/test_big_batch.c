@@ -525,7 +525,8 @@ static void relative_path_checks(void)
 /* Child: batches 1-2, then big batch 3 with a directory where the file
  * should be, or (MANGO_FAULT_SYNC_SITE=big_batch.sync) with the file's sync
  * failing. 0 if it failed as it must, naming the file. */
-static int unwritable(const char *pool, const char *mode)
+/* A fresh pool and batches 1-2 in it: 0, or the child's exit status. */
+static int start_with_two_batches(const char *pool, const char *mode)
 {
     if (start(pool, test_mode_named(mode)) != MANGO_FRESH)
         return 2;
@@ -536,10 +537,18 @@ static int unwritable(const char *pool, const char *mode)
         if (mango_batch_end() != MANGO_OK)
             return 4;
     }
+    return 0;
+}
+
+static int unwritable(const char *pool, const char *mode)
+{
+    int rc = start_with_two_batches(pool, mode);
+    if (rc != 0)
+        return rc;
     if (mango_batch_begin() != MANGO_OK)
         return 5;
     batch_body(3);
-    int rc = mango_batch_end();
+    rc = mango_batch_end();
     printf("big batch whose file fails: %d: %s\n", rc, mango_last_error());
     if (rc != MANGO_EIO || !strstr(mango_last_error(), ".bigbatch"))
         return 6;
@@ -558,16 +567,10 @@ static int no_descriptors_left(const char *pool, const char *mode)
 {
     struct rlimit rl = {.rlim_cur = 128, .rlim_max = 128};
     if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-        return 2;
-    if (start(pool, test_mode_named(mode)) != MANGO_FRESH)
-        return 3;
-    for (uint64_t k = 1; k <= 2; k++) {
-        if (mango_batch_begin() != MANGO_OK)
-            return 4;
-        batch_body(k);
-        if (mango_batch_end() != MANGO_OK)
-            return 5;
-    }
+        return 10;
+    int rc = start_with_two_batches(pool, mode);
+    if (rc != 0)
+        return rc;
     int taken = 0;
     while (open("/dev/null", O_RDONLY | O_CLOEXEC) >= 0)
         taken++;
@@ -576,7 +579,7 @@ static int no_descriptors_left(const char *pool, const char *mode)
     if (mango_batch_begin() != MANGO_OK)
         return 7;
     batch_body(3);
-    int rc = mango_batch_end();
+    rc = mango_batch_end();
     printf("%s: big batch with no descriptor left (%d taken): %d: %s\n", mode, taken, rc,
            rc == MANGO_OK ? "ok" : mango_last_error());
     if (rc != MANGO_OK)
