@@ -227,8 +227,14 @@ int main(int argc, char **argv)
         default: goto bad;
         }
     }
-    if ((O.port == 0) == (O.unix_path == NULL) || optind < argc)
-        goto bad; /* exactly one of --port and --unix */
+    const char *why = optind < argc ? "unexpected argument"
+                      : O.port && O.unix_path ? "give --port or --unix, not both"
+                      : !O.port && !O.unix_path ? "give the server: --port N (TCP) or --unix PATH"
+                      : NULL;
+    if (why) {
+        fprintf(stderr, "add_bench: %s%s%s\n", why, optind < argc ? " " : "", optind < argc ? argv[optind] : "");
+        goto bad;
+    }
     client *cs = calloc(O.clients, sizeof *cs);
     if (!cs) {
         fprintf(stderr, "add_bench: out of memory for %u clients\n", O.clients);

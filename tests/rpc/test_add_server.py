@@ -895,6 +895,12 @@ def test_add_bench_bad_options():
         assert opt in p.stderr and repr(val) in p.stderr, (opt, val, p.stderr)
     p = subprocess.run([BENCH, "--port", ""], capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--port" in p.stderr, (p.returncode, p.stderr)
+    # What is wrong, not only the usage (noted by a review of RPC mode).
+    for args, why in (([], "give the server: --port N (TCP) or --unix PATH"),
+                      (["--port", "1", "--unix", "/tmp/x.sock"], "give --port or --unix, not both"),
+                      (["--port", "1", "extra"], "unexpected argument extra")):
+        p = subprocess.run([BENCH, *args], capture_output=True, text=True, timeout=30)
+        assert p.returncode == 2 and ("add_bench: " + why) in p.stderr, (args, p.returncode, p.stderr)
 
 
 def test_add_bench_refuses_an_empty_run(tmp_path):
