@@ -226,9 +226,10 @@ static void usage(FILE *f)
 "                               (milliseconds, digits only, 100-3600000; else exit 1)\n"
 "\n"
 "On start it prints one line: 'add_server: listening on ADDR:PORT status=FRESH|RECOVERED'\n"
-"(with --unix: 'listening on unix:PATH'). On SIGINT or SIGTERM it answers the\n"
-"requests that ran once they are durable, closes every connection and the pool,\n"
-"and prints 'add_server: stopped by signal N: connections=N requests=N ...' with\n"
+"(an IPv6 ADDR in brackets, [::1]:PORT; with --unix: 'listening on unix:PATH').\n"
+"On SIGINT or SIGTERM it answers the requests that ran once they are durable,\n"
+"closes every connection and the pool, and prints\n"
+"'add_server: stopped by signal N: connections=N requests=N ...' with\n"
 "the server's counters (mango_rpc_stats, docs/rpc.md).\n"
 "Exit status: 0 after a clean stop; 1 if the pool or the listener cannot be set\n"
 "up, or the final drain or shutdown fails; 2 for bad options (a number is whole\n"
@@ -339,9 +340,12 @@ int main(int argc, char **argv)
     if (rc.unix_path)
         printf("add_server: listening on unix:%s status=%s\n", rc.unix_path,
                st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
-    else
-        printf("add_server: listening on %s:%d status=%s\n", rc.host ? rc.host : "127.0.0.1", mango_rpc_port(),
-               st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
+    else {
+        const char *host = rc.host ? rc.host : "127.0.0.1";
+        bool v6 = strchr(host, ':') != NULL; /* an IPv6 address: [::1]:PORT, as URLs write it */
+        printf("add_server: listening on %s%s%s:%d status=%s\n", v6 ? "[" : "", host, v6 ? "]" : "",
+               mango_rpc_port(), st == MANGO_RECOVERED ? "RECOVERED" : "FRESH");
+    }
     fflush(stdout);
 
     int sig;
