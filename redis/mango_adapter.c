@@ -433,6 +433,19 @@ static int parse_number(const char *v, int suffixes, unsigned long long max, uns
     return 1;
 }
 
+/* A number from the environment (digits, at most max), or the server stops
+ * saying what was expected. */
+static unsigned long long env_number_or_stop(const char *name, const char *v, unsigned long long max,
+                                             const char *expected)
+{
+    unsigned long long n = 0;
+    if (!parse_number(v, 0, max, &n)) {
+        fprintf(stderr, "Mangosteen: %s '%s': expected %s\n", name, v, expected);
+        exit(1);
+    }
+    return n;
+}
+
 /* A size setting; 0 if it is not given. Anything else stops the server. */
 static size_t setting_size(const mango_setting *st)
 {
@@ -597,28 +610,15 @@ void mangoRedisInit(int argc, char **argv)
     test_copying_command = getenv("MANGO_REDIS_TEST_COPYING_COMMAND");
     const char *gather = getenv("MANGO_REDIS_GATHER_US");
     gather_ns = (uint64_t)GATHER_DEFAULT_US * 1000;
-    if (gather && *gather) {
-        unsigned long long us = 0;
-        if (!parse_number(gather, 0, 1000000, &us)) {
-            fprintf(stderr, "Mangosteen: MANGO_REDIS_GATHER_US '%s': expected microseconds, 0 to 1000000\n",
-                    gather);
-            exit(1);
-        }
-        gather_ns = us * 1000;
-    }
+    if (gather && *gather)
+        gather_ns = env_number_or_stop("MANGO_REDIS_GATHER_US", gather, 1000000, "microseconds, 0 to 1000000") * 1000;
     const char *inl = getenv("MANGO_REDIS_INLINE_IDLE");
     if (inl && *inl) inline_when_idle = strcmp(inl, "0") != 0;
     const char *min_cmds = getenv("MANGO_REDIS_TEST_GATHER_MIN_CMDS");
-    gather_min_cmds = GATHER_MIN_CMDS;
-    if (min_cmds && *min_cmds) {
-        unsigned long long n;
-        if (!parse_number(min_cmds, 0, 1000000, &n)) {
-            fprintf(stderr, "Mangosteen: test hook MANGO_REDIS_TEST_GATHER_MIN_CMDS '%s': expected commands per "
-                            "pass, 0 to 1000000\n", min_cmds);
-            exit(1);
-        }
-        gather_min_cmds = (unsigned)n;
-    }
+    gather_min_cmds = min_cmds && *min_cmds
+                          ? (unsigned)env_number_or_stop("test hook MANGO_REDIS_TEST_GATHER_MIN_CMDS", min_cmds,
+                                                         1000000, "commands per pass, 0 to 1000000")
+                          : GATHER_MIN_CMDS;
     const char *ignore = getenv("MANGO_REDIS_TEST_READS_IGNORE_KEYS");
     test_reads_ignore_keys = ignore && *ignore && strcmp(ignore, "0") != 0;
     read_settings(argc, argv);

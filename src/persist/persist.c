@@ -69,15 +69,13 @@ static void read_fault_env(void)
 {
     const char *v = getenv("MANGO_FAULT_SYNC");
     if (v && *v) {
-        char num[24];
+        char num[24] = "";
         size_t len = strcspn(v, ":");
         const char *err = v[len] == ':' ? v + len + 1 : NULL;
         unsigned long long n = 0;
-        if (len >= sizeof num)
-            bad_test_hook("MANGO_FAULT_SYNC", v, "N, N:EIO or N:ENOSPC, N a decimal count (0: off)");
-        memcpy(num, v, len);
-        num[len] = '\0';
-        if (!env_decimal(num, &n) || n > (unsigned long long)LLONG_MAX ||
+        if (len < sizeof num)
+            memcpy(num, v, len);
+        if (len >= sizeof num || !env_decimal(num, &n) || n > (unsigned long long)LLONG_MAX ||
             (err && strcmp(err, "EIO") != 0 && strcmp(err, "ENOSPC") != 0))
             bad_test_hook("MANGO_FAULT_SYNC", v, "N, N:EIO or N:ENOSPC, N a decimal count (0: off)");
         if (n > 0) {

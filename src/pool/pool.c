@@ -702,8 +702,7 @@ static int check_expected(const pool *p, const pool_expect *e)
                        n, n == 1 ? "" : "s", pool_txt, e->n_data, e->n_data == 1 ? "" : "s", proc_txt);
 }
 
-/* What a file that is not a regular file is, for "... is not a pool file: it is %s". */
-static const char *file_kind(mode_t m)
+const char *pool_file_kind(mode_t m)
 {
     return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket"
            : S_ISCHR(m) ? "a character device" : S_ISBLK(m) ? "a block device" : "not a regular file";
@@ -722,12 +721,12 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
      * itself (ENXIO) before fstat below could say what it is. (fstat after
      * the open still decides: the name may change in between.) */
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, pool_file_kind(st.st_mode));
     int fd = open(path, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0 && errno == EISDIR)
         return mango_error(MANGO_EINVAL, "%s is not a pool file: it is a directory", path);
     if (fd < 0 && errno == ENXIO && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, pool_file_kind(st.st_mode));
     if (fd < 0 && errno != ENXIO)
         return mango_error(errno == ENOENT ? MANGO_ENOENT : MANGO_EIO, "cannot open pool %s: %s",
                            path, strerror(errno));
@@ -740,7 +739,7 @@ int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writa
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, file_kind(st.st_mode));
+        return mango_error(MANGO_EINVAL, "%s is not a pool file: it is %s", path, pool_file_kind(st.st_mode));
     }
     if (flock(fd, (writable ? LOCK_EX : LOCK_SH) | LOCK_NB) != 0) {
         int e = errno;

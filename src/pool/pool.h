@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/types.h>
 
 #include "persist/persist.h"
 #include "pool/pool_format.h"
@@ -112,6 +113,9 @@ typedef struct pool_expect {
 /* pool_open that also checks expect (may be NULL) on the read-only view,
  * before a writable open writes anything (a sparse pool's fill): a pool
  * refused for its layout is left as it was, blocks and all. */
+/* What a file that is not a regular file is ("a directory", "a FIFO", "a
+ * socket", ...), for messages that refuse it. */
+const char *pool_file_kind(mode_t m);
 int pool_open_expecting(pool *p, const char *path, persist_mode mode, bool writable, const pool_expect *expect);
 void pool_close(pool *p);
 /* In a fork() child: drop this process's mapping and descriptors of the pool

@@ -284,9 +284,7 @@ int cmd_copy(int argc, char **argv)
         fprintf(stderr, "%smango copy: %s is not a regular file (%s): a pool's big-batch file is one; move it "
                         "away if the pool does not need it (mango check says whether the log names it)\n",
                 j.progress ? "\n" : "", p.big_batch_path,
-                stat(p.big_batch_path, &bst) != 0 ? "gone" : S_ISDIR(bst.st_mode) ? "a directory"
-                : S_ISFIFO(bst.st_mode) ? "a FIFO" : S_ISCHR(bst.st_mode) ? "a character device"
-                : S_ISBLK(bst.st_mode) ? "a block device" : "another kind of file");
+                stat(p.big_batch_path, &bst) != 0 ? "gone" : pool_file_kind(bst.st_mode));
         unlink(tmp);
         pool_close(&p);
         return EXIT_USAGE;
