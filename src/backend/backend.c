@@ -188,10 +188,21 @@ static int backend_round(backend *b, uint64_t committed)
     return MANGO_OK;
 }
 
-/* Bytes of committed, unapplied log that make the frontend wake the backend
- * early; below that the backend applies every APPLY_INTERVAL_NS. Lazy on
- * purpose: a wake-up per commit would cost more than the commit itself. */
-#define APPLY_INTERVAL_NS 1000000ull
+/* When a round starts (emulated and pmem modes): once APPLY_WAKE_BYTES of
+ * committed log wait (at most an eighth of the log, WAKE_FRACTION), the
+ * frontend wakes the backend; with less waiting, the backend applies it
+ * APPLY_INTERVAL_NS after the first commit it found. Lazy on purpose: a
+ * wake-up per commit would cost more than the commit itself, and so did a
+ * round every millisecond, the cadence until session 43: at 8 Redis clients
+ * on two vCPUs its 1 300 wake-ups a second cost 4-10 % of the throughput
+ * (docs/redis-benchmarks.md, session 43). A byte threshold, not a longer
+ * interval alone: with 1 s and an eighth of a 64 MiB log, a round applied
+ * 8 MiB of log that had left the cache and 32 clients at 100 % updates lost
+ * up to 20 % (session 42); a mebibyte is still in the L2 cache and lost
+ * nothing. The mirror lags the log by at most that much, which recovery
+ * replays at memory speed. */
+#define APPLY_INTERVAL_NS 1000000000ull
+#define APPLY_WAKE_BYTES (1ull << 20)
 /* fs mode: a round rewrites every page it touches (4 KiB per scattered
  * 32-byte block) and ends with a device cache flush that commits queue behind,
  * so rounds are rare: every 5 s, or when a quarter of the log waits. Measured
@@ -212,8 +223,9 @@ static int backend_round(backend *b, uint64_t committed)
  * rounds p99 3.9-4.7 ms against 0.75 ms outside). At idle priority the round
  * takes longer and the frontend keeps its CPU time (p99 in rounds 1.4-1.7
  * ms); the other quarter still leaves room before writers wait for space, and
- * a writer that waits raises the backend at once. Emulated rounds take about
- * a millisecond and keep the boost at wake_bytes. */
+ * a writer that waits raises the backend at once. In the other modes rounds
+ * are short (a mebibyte of log) and the boost stays at an eighth of the log,
+ * where they used to be woken too. */
 #define BOOST_WAKES_FS 2
 
 /* CLOCK_MONOTONIC time ns from now (any ns, not only below a second). */
@@ -402,8 +414,13 @@ int backend_start(backend *b, pool *p, redo_log *log, const big_batch_writer *bi
     b->applied_lsn = atomic_load(&log->committed_lsn);
     b->applied_seq = log->next_seq;
     bool fs = p->pd.mode == PERSIST_FS;
-    b->wake_bytes = log->cap / (fs ? WAKE_FRACTION_FS : WAKE_FRACTION);
-    b->boost_bytes = fs ? BOOST_WAKES_FS * b->wake_bytes : b->wake_bytes;
+    if (fs) {
+        b->wake_bytes = log->cap / WAKE_FRACTION_FS;
+        b->boost_bytes = BOOST_WAKES_FS * b->wake_bytes;
+    } else {
+        b->boost_bytes = log->cap / WAKE_FRACTION;
+        b->wake_bytes = b->boost_bytes < APPLY_WAKE_BYTES ? b->boost_bytes : APPLY_WAKE_BYTES;
+    }
     b->interval_ns = fs ? APPLY_INTERVAL_FS_NS : APPLY_INTERVAL_NS;
     pthread_mutex_init(&b->mu, NULL);
     pthread_condattr_t ca;

@@ -1,12 +1,12 @@
 /* backend.h -- applies committed log frames to the pool's persistent mirror.
  *
  * One thread, lazy on purpose: it sleeps (untimed) while the log is empty; after
- * a commit it applies every millisecond, or at once when an eighth of the log is
- * waiting or the frontend waits for space (fs mode: every 5 s, or a quarter of
- * the log; backend.c says why). It applies every committed frame (zero ranges,
- * data ranges and 32-byte blocks to the heap mirror; masked bytes plus the
- * written-bytes bitmap for .data/.bss),
- * syncs the mirror, then persists the new log head and releases log space.
+ * a commit it applies a second later, or at once when a mebibyte of log (at
+ * most an eighth of it) is waiting or the frontend waits for space (fs mode:
+ * every 5 s, or a quarter of the log; backend.c says why). It applies every
+ * committed frame (zero ranges, data ranges and 32-byte blocks to the heap
+ * mirror; masked bytes plus the written-bytes bitmap for .data/.bss), syncs
+ * the mirror, then persists the new log head and releases log space.
  * Two syncs per round, however many batches the round covers.
  * Recovery uses the same apply function to replay the log.
  *
@@ -15,7 +15,7 @@
  * (root, CAP_SYS_NICE or RLIMIT_NICE >= 20; probed at start), it runs as
  * SCHED_IDLE and so takes only CPU time no other thread wants; the frontend
  * raises it to SCHED_OTHER (a "boost") as soon as the unapplied log reaches
- * boost_bytes (wake_bytes; in fs mode twice that, half the log: backend.c says
+ * boost_bytes (an eighth of the log; in fs mode half of it: backend.c says
  * why), a writer waits for log space, or at stop, and the backend lowers
  * itself again after a round that left less than half of wake_bytes. Where
  * raising is not permitted it stays at normal priority: lowering it for good
