@@ -1156,6 +1156,11 @@ def kill_loop(pool, mode, rounds, nclients=6, binary=None):
     try:
         for r in range(rounds):
             srv = Server(pool, mode, threads=2, binary=binary).start()
+            if r > 0 and srv.status != "RECOVERED" and sum(acked):
+                # Nothing came back at all: the mutant's way of losing adds
+                # when the kill comes before the backend's first round.
+                raise LostAdds("round %d: the pool came back %s after %d acknowledged adds"
+                               % (r, srv.status, sum(acked)))
             if r > 0:
                 assert srv.status == "RECOVERED"
             c = Client(srv.port)
