@@ -107,7 +107,7 @@ CSV_FIELDS = ["rep", "clients", "mix", "update_pct", "system", "order", "status"
               "ops", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us", "mean_us",
               "errors", "load_seconds", "load_ops_per_sec", "cpu_idle_pct", "cpu_steal_pct",
               "client_wait_pct", "client_cpu_us_per_op", "read_p99_us", "update_p99_us",
-              "target_ops_per_sec", "intended_p99_us", "wall_s", "server_cpu_us_per_op",
+              "target_ops_per_sec", "intended_p99_us", "intended_unstarted", "wall_s", "server_cpu_us_per_op",
               "queue_pushes", "queue_pops", "replica_catchup_s", "replica_stream_mb",
               "replica_lag_kb_mean", "replica_lag_kb_max", "settle_s", "aof_rewrites_in_run",
               "disk_flushes_per_kop", "disk_flush_us", "disk_write_us", "ops_per_log_sync"]
@@ -733,7 +733,8 @@ def one_run(args, workdir, system, clients, mix, tag, target=None):
                     client_cpu_us_per_op=res.get("client_cpu_us_per_op", ""),
                     read_p99_us=res.get("read_p99_us", ""), update_p99_us=res.get("update_p99_us", ""),
                     target_ops_per_sec=res.get("target_ops_per_sec", ""),
-                    intended_p99_us=res.get("intended_p99_us", ""), server_cpu_us_per_op=server_cpu,
+                    intended_p99_us=res.get("intended_p99_us", ""),
+                    intended_unstarted=res.get("intended_unstarted", ""), server_cpu_us_per_op=server_cpu,
                     queue_pushes=qpush, queue_pops=qpop, settle_s=settle_s, aof_rewrites_in_run=rewrites,
                     ops_per_log_sync=ops_per_sync, **disk)
     finally:
