@@ -502,11 +502,11 @@ static void count_unstarted(worker_t *w, conn_t *c, uint64_t end)
 {
     if (g_cur_phase != PH_RUN || !g_pace_interval_ns) return;
     if (g_deadline && g_deadline < end) end = g_deadline;
-    while (c->t_intended < end) {
-        hist_record(&w->intended, end - c->t_intended);
-        w->unstarted++;
-        c->t_intended += g_pace_interval_ns;
-    }
+    if (c->t_intended >= end) return;
+    uint64_t n = (end - c->t_intended + g_pace_interval_ns - 1) / g_pace_interval_ns;
+    hist_record_series(&w->intended, end - c->t_intended, g_pace_interval_ns, n);
+    w->unstarted += n;
+    c->t_intended += n * g_pace_interval_ns;
 }
 
 static void report(const char *fmt, ...)
