@@ -224,8 +224,7 @@ static int backend_round(backend *b, uint64_t committed)
  * takes longer and the frontend keeps its CPU time (p99 in rounds 1.4-1.7
  * ms); the other quarter still leaves room before writers wait for space, and
  * a writer that waits raises the backend at once. In the other modes rounds
- * are short (a mebibyte of log) and the boost stays at an eighth of the log,
- * where they used to be woken too. */
+ * are short (a mebibyte of log) and the boost comes at an eighth of the log. */
 #define BOOST_WAKES_FS 2
 
 /* CLOCK_MONOTONIC time ns from now (any ns, not only below a second). */
@@ -417,11 +416,12 @@ int backend_start(backend *b, pool *p, redo_log *log, const big_batch_writer *bi
     if (fs) {
         b->wake_bytes = log->cap / WAKE_FRACTION_FS;
         b->boost_bytes = BOOST_WAKES_FS * b->wake_bytes;
+        b->interval_ns = APPLY_INTERVAL_FS_NS;
     } else {
         b->boost_bytes = log->cap / WAKE_FRACTION;
         b->wake_bytes = b->boost_bytes < APPLY_WAKE_BYTES ? b->boost_bytes : APPLY_WAKE_BYTES;
+        b->interval_ns = APPLY_INTERVAL_NS;
     }
-    b->interval_ns = fs ? APPLY_INTERVAL_FS_NS : APPLY_INTERVAL_NS;
     pthread_mutex_init(&b->mu, NULL);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
